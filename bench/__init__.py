@@ -1,0 +1,1 @@
+"""Benchmarks: they print figures; targets are read, never asserted as timed tests."""

@@ -1,0 +1,306 @@
+"""An attempt's writes to its job: claim, lease, outcome. Every one is fenced by run_token.
+
+A write that finds the job no longer held by its run_token raises Fenced, and the attempt stops:
+another attempt, a cancel, or the reaper owns the job now (DESIGN.md §4.2).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import asyncpg
+
+from jobstream import events, queries
+from jobstream.clock import Clock
+from jobstream.db import Conn
+from jobstream.errors import Fenced
+from jobstream.events import NewEvent
+from jobstream.jobspec import AttemptSpec
+from jobstream.types import AttemptOutcome
+from jobstream.usage import Usage
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A job this worker holds for one attempt."""
+
+    job_id: uuid.UUID
+    tenant_id: str
+    attempt: int
+    run_token: uuid.UUID
+    provider: str
+    spec: AttemptSpec
+    max_attempts: int
+    counted_attempts: int  # attempts that count against max_attempts, this one included
+
+    @property
+    def exhausted(self) -> bool:
+        return self.counted_attempts >= self.max_attempts
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    status: str
+    cancel_requested_at: datetime | None
+
+
+def _reset_reason(job: asyncpg.Record) -> str:
+    if job["attempts"] == 1:
+        return "first attempt"
+    previous = job["error"] or {}
+    return f"retry after {previous.get('class', 'an interrupted attempt')}"
+
+
+async def claim(
+    pool: asyncpg.Pool,
+    *,
+    providers: Sequence[str],
+    worker_id: str,
+    lease_s: float,
+    clock: Clock,
+) -> Claimed | None:
+    token = uuid.uuid4()
+    async with pool.acquire() as conn, conn.transaction():
+        job = await conn.fetchrow(
+            queries.CLAIM_JOB, list(providers), token, worker_id, lease_s, clock.now()
+        )
+        if job is None:
+            return None
+        attempt = job["attempts"]
+        await events.append(
+            conn,
+            job["id"],
+            attempt,
+            [
+                NewEvent("reset", {"attempt": attempt, "reason": _reset_reason(job)}),
+                NewEvent("status", {"status": "running"}),
+            ],
+            run_token=token,
+        )
+    return Claimed(
+        job_id=job["id"],
+        tenant_id=job["tenant_id"],
+        attempt=attempt,
+        run_token=token,
+        provider=job["provider"],
+        spec=AttemptSpec.from_payload(job["payload"]),
+        max_attempts=job["max_attempts"],
+        counted_attempts=attempt - job["uncounted_attempts"],
+    )
+
+
+async def renew(pool: asyncpg.Pool, held: Claimed, lease_s: float, clock: Clock) -> LeaseState:
+    row = await pool.fetchrow(
+        queries.RENEW_LEASE, held.job_id, held.run_token, lease_s, clock.now()
+    )
+    if row is None:
+        raise Fenced(f"job {held.job_id}: lease lost")
+    return LeaseState(row["status"], row["cancel_requested_at"])
+
+
+async def append_tokens(pool: asyncpg.Pool, held: Claimed, texts: Sequence[str]) -> int:
+    """One flush: all pending deltas in one short transaction."""
+    async with pool.acquire() as conn:
+        return await events.append(
+            conn,
+            held.job_id,
+            held.attempt,
+            [NewEvent("token", {"text": t}) for t in texts],
+            run_token=held.run_token,
+        )
+
+
+async def _finish_attempt(
+    conn: Conn,
+    held: Claimed,
+    outcome: AttemptOutcome,
+    clock: Clock,
+    *,
+    usage: Usage | None = None,
+    error_class: str | None = None,
+    error_detail: str | None = None,
+    cancel_confirmed: bool | None = None,
+) -> None:
+    await conn.execute(
+        queries.FINISH_ATTEMPT,
+        held.job_id,
+        held.attempt,
+        outcome,
+        error_class,
+        error_detail,
+        usage.input_tokens if usage else None,
+        usage.output_tokens if usage else None,
+        usage.cost_usd if usage else None,
+        usage.cost_known if usage else False,
+        cancel_confirmed,
+        clock.now(),
+    )
+
+
+async def succeed(pool: asyncpg.Pool, held: Claimed, text: str, usage: Usage, clock: Clock) -> None:
+    """Accept this attempt's result. At most one result per job: the fence guarantees it."""
+    result = {"text": text, "usage": usage.to_json()}
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(
+            queries.COMPLETE_JOB, held.job_id, held.run_token, result, clock.now()
+        )
+        if row is None:
+            raise Fenced(f"job {held.job_id}: not running under this attempt")
+        await _finish_attempt(conn, held, "succeeded", clock, usage=usage)
+        await events.append(
+            conn,
+            held.job_id,
+            held.attempt,
+            [
+                NewEvent("usage", usage.to_json()),
+                NewEvent("done", {"status": "succeeded", "result": result}),
+            ],
+            # The fenced UPDATE above holds the row lock; the job no longer reads `running`.
+            run_token=None,
+        )
+
+
+FailureAction = Literal["retry", "fail", "dead"]
+
+
+async def fail(
+    pool: asyncpg.Pool,
+    held: Claimed,
+    *,
+    action: FailureAction,
+    outcome: AttemptOutcome,
+    error: dict[str, Any],
+    usage: Usage | None,
+    retry_in_s: float,
+    clock: Clock,
+) -> None:
+    """End the attempt with an error and either schedule a retry or end the job.
+
+    `error` is `{"class", "message"}`; `retry_in_s` is used only with action "retry".
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        new_events = [NewEvent("error", error)]
+        if action == "retry":
+            row = await conn.fetchrow(
+                queries.REQUEUE_JOB, held.job_id, held.run_token, retry_in_s, error, clock.now(), 0
+            )
+            if row is not None:
+                new_events.append(
+                    NewEvent(
+                        "status",
+                        {
+                            "status": "queued",
+                            "retry_at": row["run_after"].isoformat(),
+                            "error": error,
+                        },
+                    )
+                )
+        else:
+            status = "failed" if action == "fail" else "dead"
+            row = await conn.fetchrow(
+                queries.FAIL_JOB, held.job_id, held.run_token, status, error, clock.now()
+            )
+            new_events.append(NewEvent("done", {"status": status, "error": error}))
+        if row is None:
+            raise Fenced(f"job {held.job_id}: not running under this attempt")
+        # The fenced UPDATE above proved we held the job and keeps its row locked; the job no
+        # longer reads `running`, so the appends below go unfenced.
+        await _finish_attempt(
+            conn,
+            held,
+            outcome,
+            clock,
+            usage=usage,
+            error_class=error["class"],
+            error_detail=error.get("message"),
+        )
+        await events.append(conn, held.job_id, held.attempt, new_events, run_token=None)
+
+
+async def confirm_cancel(
+    pool: asyncpg.Pool,
+    held: Claimed,
+    usage: Usage | None,
+    clock: Clock,
+    *,
+    provider_confirmed: bool,
+) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(queries.CONFIRM_CANCEL, held.job_id, held.run_token, clock.now())
+        if row is None:
+            raise Fenced(f"job {held.job_id}: not cancelling under this attempt")
+        await _finish_attempt(
+            conn, held, "cancelled", clock, usage=usage, cancel_confirmed=provider_confirmed
+        )
+        await events.append(
+            conn,
+            held.job_id,
+            held.attempt,
+            [NewEvent("done", {"status": "cancelled", "error": row["error"]})],
+            run_token=None,
+        )
+
+
+async def hand_back(pool: asyncpg.Pool, held: Claimed, usage: Usage | None, clock: Clock) -> None:
+    """Graceful shutdown: return the job to the queue now, without waiting for lease expiry.
+
+    The attempt is `interrupted` and does not count against max_attempts.
+    """
+    error = {"class": "interrupted", "message": "worker shut down; the job was handed back"}
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(
+            queries.REQUEUE_JOB, held.job_id, held.run_token, 0.0, error, clock.now(), 1
+        )
+        if row is None:
+            raise Fenced(f"job {held.job_id}: not running under this attempt")
+        await _finish_attempt(
+            conn,
+            held,
+            "interrupted",
+            clock,
+            usage=usage,
+            error_class="interrupted",
+            error_detail=error["message"],
+        )
+        await events.append(
+            conn,
+            held.job_id,
+            held.attempt,
+            [NewEvent("status", {"status": "queued", "error": error})],
+            run_token=None,
+        )
+
+
+async def reap_expired(pool: asyncpg.Pool, clock: Clock, batch: int = 50) -> int:
+    """Settle jobs whose lease ran out (their worker died). Returns how many were settled.
+
+    A running job goes back to the queue (its attempt `lost`), or to `dead` when its attempts are
+    used up; a job whose cancel was requested becomes `cancelled`.
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        rows = await conn.fetch(queries.SELECT_EXPIRED, clock.now(), batch)
+        for job in rows:
+            job_id, attempt = job["id"], job["attempts"]
+            await conn.execute(queries.MARK_ATTEMPT_LOST, job_id, attempt, clock.now())
+            lost = {"class": "lost", "message": "the worker stopped renewing its lease"}
+            if job["status"] == "cancelling":
+                cancelled = {"class": "cancelled", "message": "cancelled while running"}
+                await conn.execute(
+                    queries.REAP_TO_TERMINAL, job_id, "cancelled", cancelled, clock.now()
+                )
+                new = [NewEvent("done", {"status": "cancelled", "error": cancelled})]
+            elif attempt - job["uncounted_attempts"] >= job["max_attempts"]:
+                await conn.execute(queries.REAP_TO_TERMINAL, job_id, "dead", lost, clock.now())
+                new = [NewEvent("error", lost), NewEvent("done", {"status": "dead", "error": lost})]
+            else:
+                await conn.execute(queries.REAP_TO_QUEUE, job_id, lost, clock.now())
+                new = [
+                    NewEvent("error", lost),
+                    NewEvent("status", {"status": "queued", "error": lost}),
+                ]
+            await events.append(conn, job_id, attempt, new, run_token=None)
+        return len(rows)

@@ -1,0 +1,107 @@
+"""Connections to PostgreSQL: the pool, a dedicated connection, and the schema at start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import orjson
+import structlog
+from asyncpg.pool import PoolConnectionProxy
+
+from jobstream.errors import DatabaseUnavailable
+
+log = structlog.get_logger(__name__)
+
+# A connection of our own or one borrowed from the pool: both run queries the same way.
+Conn = asyncpg.Connection | PoolConnectionProxy
+# Anything that can run a single statement (a pool borrows a connection for it).
+Queryable = Conn | asyncpg.Pool
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schema.sql"
+# Serialises schema application when several processes start at once.
+SCHEMA_LOCK_ID = 0x6A6F6273  # "jobs"
+
+# Connection errors worth retrying at start-up: the server is starting, restarting or away.
+RETRYABLE = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.ConnectionDoesNotExistError,
+)
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+async def init_connection(conn: asyncpg.Connection) -> None:
+    """Decode json/jsonb to Python values with orjson, both ways."""
+    for typename in ("json", "jsonb"):
+        await conn.set_type_codec(
+            typename, encoder=_dumps, decoder=orjson.loads, schema="pg_catalog"
+        )
+
+
+async def connect(url: str, *, timeout_s: float = 10) -> asyncpg.Connection:
+    """One connection of its own (LISTEN needs one that the pool never hands out)."""
+    conn = await asyncpg.connect(url, timeout=timeout_s)
+    await init_connection(conn)
+    return conn
+
+
+async def wait_for_database(url: str, timeout_s: float) -> None:
+    """Retry until PostgreSQL answers, logging one line per try rather than a traceback."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.1
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            conn = await asyncpg.connect(url, timeout=5)
+        except RETRYABLE as exc:
+            if time.monotonic() + delay > deadline:
+                raise DatabaseUnavailable(
+                    f"PostgreSQL unreachable after {attempt} tries: {exc}"
+                ) from exc
+            log.warning("database_unavailable", attempt=attempt, error=str(exc), retry_in_s=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        else:
+            await conn.close()
+            return
+
+
+async def create_pool(url: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
+    pool = await asyncpg.create_pool(
+        url, min_size=min_size, max_size=max_size, init=init_connection
+    )
+    assert pool is not None
+    return pool
+
+
+def schema_version(sql: str) -> int:
+    for line in sql.splitlines():
+        if line.startswith("-- schema-version:"):
+            return int(line.split(":", 1)[1])
+    raise ValueError("schema.sql has no '-- schema-version:' line")
+
+
+def load_schema(path: Path = SCHEMA_PATH) -> str:
+    return path.read_text()
+
+
+async def apply_schema(conn: Conn, sql: str | None = None) -> int:
+    """Apply schema.sql idempotently; returns the version now recorded."""
+    if sql is None:
+        sql = load_schema()  # a few KB read once at start-up
+    version = schema_version(sql)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK_ID)
+        await conn.execute(sql)
+    log.info("schema_applied", version=version)
+    return version

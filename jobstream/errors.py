@@ -1,0 +1,56 @@
+"""One exception tree for jobstream. Driver errors are translated at the boundary, cause kept."""
+
+from __future__ import annotations
+
+from jobstream.types import ErrorKind
+
+
+class JobstreamError(Exception):
+    """Base of every error jobstream raises on purpose."""
+
+
+class DatabaseUnavailable(JobstreamError):
+    """PostgreSQL could not be reached (start-up retries exhausted, or connection lost)."""
+
+
+class JobNotFound(JobstreamError):
+    """No such job for this tenant."""
+
+
+class IdempotencyConflict(JobstreamError):
+    """The Idempotency-Key was used before with a different request body."""
+
+
+class Fenced(JobstreamError):
+    """A write by an attempt that no longer holds the job (stale run_token, or job not active).
+
+    The attempt that sees this must stop: another attempt, or a cancel, owns the job now.
+    """
+
+
+class ProviderError(JobstreamError):
+    """A provider call failed; `kind` decides what happens to the job.
+
+    `request_sent` tells whether the provider may have started (and billed) the work: a failure
+    after that point with no answer is an unknown outcome.
+    """
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        retry_after_s: float | None = None,
+        status_code: int | None = None,
+        request_sent: bool = True,
+    ) -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
+        self.message = message
+        self.retry_after_s = retry_after_s
+        self.status_code = status_code
+        self.request_sent = request_sent
+
+    @property
+    def error_class(self) -> str:
+        return self.kind

@@ -1,0 +1,131 @@
+"""Jobs as the API sees them: create (idempotent), read, list, cancel."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+
+from jobstream import events, queries
+from jobstream.clock import Clock
+from jobstream.db import Queryable
+from jobstream.errors import IdempotencyConflict, JobNotFound
+from jobstream.events import NewEvent
+from jobstream.jobspec import JobSpec
+
+# Rows leave the repository as plain dicts, so callers may adjust and serialise them freely.
+Job = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Created:
+    job: Job
+    created: bool  # False: an earlier request with the same key and body made it
+
+
+async def create(
+    pool: asyncpg.Pool,
+    tenant_id: str,
+    spec: JobSpec,
+    idempotency_key: str | None,
+    *,
+    reserved_usd: Decimal = Decimal(0),
+) -> Created:
+    request_hash = spec.request_hash()
+    job_id = uuid.uuid4()
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(
+            queries.INSERT_JOB,
+            job_id,
+            tenant_id,
+            idempotency_key,
+            request_hash,
+            spec.provider,
+            spec.priority,
+            spec.payload(),
+            spec.metadata,
+            spec.max_attempts,
+            spec.webhook_url,
+            reserved_usd,
+        )
+        if row is None:
+            existing = await conn.fetchrow(queries.SELECT_JOB_BY_KEY, tenant_id, idempotency_key)
+            assert existing is not None  # the conflicting row has committed: ON CONFLICT waited
+            if existing["request_hash"] != request_hash:
+                raise IdempotencyConflict(
+                    f"Idempotency-Key {idempotency_key!r} was used with a different request body"
+                )
+            return Created(dict(existing), created=False)
+        last_seq = await events.append(
+            conn, job_id, 0, [NewEvent("status", {"status": "queued"})], run_token=None
+        )
+        await conn.execute(queries.NOTIFY_RUNNABLE, spec.provider)
+    return Created(_with_seq(row, last_seq), created=True)
+
+
+def _with_seq(row: asyncpg.Record, last_seq: int) -> Job:
+    # RETURNING predates the events appended after it in the same transaction.
+    return {**dict(row), "last_seq": last_seq}
+
+
+async def get(conn: Queryable, tenant_id: str, job_id: uuid.UUID) -> Job:
+    row = await conn.fetchrow(queries.SELECT_JOB, job_id, tenant_id)
+    if row is None:
+        raise JobNotFound(str(job_id))
+    return dict(row)
+
+
+async def attempts(conn: Queryable, job_id: uuid.UUID) -> list[Job]:
+    return [dict(r) for r in await conn.fetch(queries.SELECT_ATTEMPTS, job_id)]
+
+
+async def list_jobs(
+    pool: asyncpg.Pool,
+    tenant_id: str,
+    *,
+    status: str | None,
+    before: tuple[datetime, uuid.UUID] | None,
+    limit: int,
+) -> list[Job]:
+    created_at, last_id = before if before else (None, None)
+    rows = await pool.fetch(queries.LIST_JOBS, tenant_id, status, created_at, last_id, limit)
+    return [dict(r) for r in rows]
+
+
+async def cancel(
+    pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID, clock: Clock
+) -> tuple[Job, bool]:
+    """Record the intent to cancel. Returns the job and whether this call changed it.
+
+    A queued job is cancelled at once; a running one becomes `cancelling` and its worker, told by
+    NOTIFY and at its next lease renewal, confirms. Anything else is left as it is.
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        job = await conn.fetchrow(queries.SELECT_JOB_FOR_UPDATE, job_id, tenant_id)
+        if job is None:
+            raise JobNotFound(str(job_id))
+        now = clock.now()
+        if job["status"] == "queued":
+            row = await conn.fetchrow(queries.CANCEL_QUEUED, job_id, now)
+            assert row is not None  # the row is locked and queued
+            done = {"status": "cancelled", "error": row["error"]}
+            last_seq = await events.append(
+                conn, job_id, row["attempts"], [NewEvent("done", done)], run_token=None
+            )
+            return _with_seq(row, last_seq), True
+        if job["status"] == "running":
+            row = await conn.fetchrow(queries.REQUEST_CANCEL_RUNNING, job_id, now)
+            assert row is not None  # the row is locked and running
+            last_seq = await events.append(
+                conn,
+                job_id,
+                row["attempts"],
+                [NewEvent("status", {"status": "cancelling"})],
+                run_token=None,
+            )
+            return _with_seq(row, last_seq), True
+        return dict(job), False

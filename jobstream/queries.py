@@ -1,0 +1,241 @@
+"""Every SQL statement jobstream runs, one named constant each.
+
+Values are always bound parameters. `$now` parameters are `timestamptz` that may be NULL: NULL
+means the database clock (`clock_timestamp()`), which production uses so that no two hosts'
+clocks disagree about a lease; tests pass an injected time instead (jobstream/clock.py).
+"""
+
+from __future__ import annotations
+
+# Channels. NOTIFY payloads carry only identifiers: the tables are the truth.
+CHANNEL_EVENTS = "jobstream_events"  # payload "job_id:last_seq"
+CHANNEL_JOBS = "jobstream_jobs"  # payload "provider": a job became runnable
+CHANNEL_CANCEL = "jobstream_cancel"  # payload "job_id": a running job was asked to stop
+
+NOW = "coalesce({}::timestamptz, clock_timestamp())"
+
+# --- events ---
+
+# Append events to a job's log. The UPDATE allocates the seq range under the job's row lock, so
+# commit order equals seq order (DESIGN.md §4.3); the insert and the NOTIFY ride in the same
+# statement. $2 (run_token) fences the write: NULL for writes by the API (no attempt involved),
+# else the attempt's token, and then only while the job is active.
+APPEND_EVENTS = """
+WITH bumped AS (
+    UPDATE jobs
+       SET last_seq = last_seq + cardinality($3::text[]), updated_at = clock_timestamp()
+     WHERE id = $1
+       AND ($2::uuid IS NULL OR (run_token = $2 AND status IN ('running', 'cancelling')))
+    RETURNING last_seq
+), inserted AS (
+    INSERT INTO job_events (job_id, seq, attempt, type, data)
+    SELECT $1, bumped.last_seq - cardinality($3::text[]) + e.ord, $4, e.type, e.data
+      FROM bumped, unnest($3::text[], $5::jsonb[]) WITH ORDINALITY AS e (type, data, ord)
+    RETURNING seq
+)
+SELECT last_seq, pg_notify('jobstream_events', $1::text || ':' || last_seq) FROM bumped
+"""
+
+EVENTS_AFTER = """
+SELECT seq, type, attempt, data, created_at
+  FROM job_events
+ WHERE job_id = $1 AND seq > $2
+ ORDER BY seq
+ LIMIT $3
+"""
+
+FIRST_RETAINED_SEQ = "SELECT min(seq) FROM job_events WHERE job_id = $1"
+
+# The snapshot: the text the current attempt has produced so far.
+ATTEMPT_TEXT = """
+SELECT coalesce(string_agg(data->>'text', '' ORDER BY seq), '')
+  FROM job_events
+ WHERE job_id = $1 AND attempt = $2 AND type = 'token'
+"""
+
+# --- jobs, as the API sees them ---
+
+# ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit, so twenty
+# simultaneous duplicates make one row; the losers then read it with SELECT_JOB_BY_KEY.
+INSERT_JOB = """
+INSERT INTO jobs (id, tenant_id, idempotency_key, request_hash, provider, priority, payload,
+                  metadata, max_attempts, webhook_url, reserved_usd)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+RETURNING *
+"""
+
+SELECT_JOB_BY_KEY = "SELECT * FROM jobs WHERE tenant_id = $1 AND idempotency_key = $2"
+
+SELECT_JOB = "SELECT * FROM jobs WHERE id = $1 AND tenant_id = $2"
+
+SELECT_JOB_ANY_TENANT = "SELECT * FROM jobs WHERE id = $1"
+
+SELECT_JOB_FOR_UPDATE = "SELECT * FROM jobs WHERE id = $1 AND tenant_id = $2 FOR UPDATE"
+
+SELECT_ATTEMPTS = """
+SELECT attempt, worker_id, started_at, finished_at, outcome, error_class, error_detail, provider,
+       model, input_tokens, output_tokens, cost_usd, cost_known, cancel_confirmed
+  FROM job_attempts
+ WHERE job_id = $1
+ ORDER BY attempt
+"""
+
+# Keyset pagination, newest first; ($3, $4) is the last row of the previous page.
+LIST_JOBS = """
+SELECT *
+  FROM jobs
+ WHERE tenant_id = $1
+   AND ($2::text IS NULL OR status = $2)
+   AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4::uuid))
+ ORDER BY created_at DESC, id DESC
+ LIMIT $5
+"""
+
+CANCEL_QUEUED = """
+UPDATE jobs
+   SET status = 'cancelled', cancel_requested_at = {now}, finished_at = {now},
+       updated_at = {now}, run_token = NULL, lease_until = NULL,
+       error = '{{"class": "cancelled", "message": "cancelled before it started"}}'
+ WHERE id = $1 AND status = 'queued'
+RETURNING *
+""".format(now=NOW.format("$2"))
+
+REQUEST_CANCEL_RUNNING = """
+UPDATE jobs
+   SET status = 'cancelling', cancel_requested_at = {now}, updated_at = {now}
+ WHERE id = $1 AND status = 'running'
+RETURNING *, pg_notify('jobstream_cancel', id::text)
+""".format(now=NOW.format("$2"))
+
+NOTIFY_RUNNABLE = "SELECT pg_notify('jobstream_jobs', $1::text)"
+
+# --- the worker ---
+
+# Claim the next runnable job, in one statement:
+# - only `queued` jobs whose backoff has passed (expired leases are reaped into `queued` first,
+#   by REAP_EXPIRED, so that the lost attempt is recorded and max_attempts is honoured);
+# - only providers this worker runs and that are not paused after a 429;
+# - a tenant at its running limit is skipped, and tenants with fewer running jobs go first, so
+#   one tenant's burst cannot starve the others; within a tenant, priority then age;
+# - FOR UPDATE SKIP LOCKED lets any number of workers claim at once without blocking each other;
+# - the job gets a fresh run_token (the fence for every later write) and a lease, and the attempt
+#   row is written in the same statement.
+CLAIM_JOB = """
+WITH running AS (
+    SELECT tenant_id, count(*) AS n
+      FROM jobs
+     WHERE status IN ('running', 'cancelling')
+     GROUP BY tenant_id
+), candidate AS (
+    SELECT j.id
+      FROM jobs j
+      JOIN tenants t ON t.id = j.tenant_id
+      LEFT JOIN running r ON r.tenant_id = j.tenant_id
+      LEFT JOIN provider_state p ON p.provider = j.provider
+     WHERE j.status = 'queued'
+       AND j.run_after <= {now}
+       AND j.provider = ANY($1::text[])
+       AND (p.paused_until IS NULL OR p.paused_until <= {now})
+       AND coalesce(r.n, 0) < t.max_running
+     ORDER BY coalesce(r.n, 0), j.priority DESC, j.run_after, j.created_at
+     LIMIT 1
+       FOR UPDATE OF j SKIP LOCKED
+), claimed AS (
+    UPDATE jobs
+       SET status = 'running', attempts = jobs.attempts + 1, run_token = $2, worker_id = $3,
+           lease_until = {now} + make_interval(secs => $4),
+           started_at = coalesce(started_at, {now}),
+           updated_at = {now}, error = NULL
+      FROM candidate
+     WHERE jobs.id = candidate.id
+    RETURNING jobs.*
+), attempt AS (
+    INSERT INTO job_attempts (job_id, attempt, run_token, worker_id, started_at, provider, model)
+    SELECT id, attempts, run_token, worker_id, {now}, provider, payload->>'model' FROM claimed
+)
+SELECT * FROM claimed
+""".format(now=NOW.format("$5"))
+
+# Renew the lease; also how the attempt learns of a cancel request when a NOTIFY was missed.
+RENEW_LEASE = """
+UPDATE jobs
+   SET lease_until = {now} + make_interval(secs => $3)
+ WHERE id = $1 AND run_token = $2 AND status IN ('running', 'cancelling')
+RETURNING status, cancel_requested_at
+""".format(now=NOW.format("$4"))
+
+COMPLETE_JOB = """
+UPDATE jobs
+   SET status = 'succeeded', result = $3, finished_at = {now}, updated_at = {now},
+       lease_until = NULL, error = NULL
+ WHERE id = $1 AND run_token = $2 AND status = 'running'
+RETURNING *
+""".format(now=NOW.format("$4"))
+
+# Back to the queue for another attempt. run_token is cleared so the old attempt is fenced out.
+REQUEUE_JOB = """
+UPDATE jobs
+   SET status = 'queued', run_after = {now} + make_interval(secs => $3), error = $4,
+       run_token = NULL, lease_until = NULL, worker_id = NULL, updated_at = {now},
+       uncounted_attempts = uncounted_attempts + $6
+ WHERE id = $1 AND run_token = $2 AND status = 'running'
+RETURNING *, pg_notify('jobstream_jobs', provider)
+""".format(now=NOW.format("$5"))
+
+# A terminal failure (`failed` or `dead`).
+FAIL_JOB = """
+UPDATE jobs
+   SET status = $3, error = $4, finished_at = {now}, updated_at = {now}, lease_until = NULL
+ WHERE id = $1 AND run_token = $2 AND status = 'running'
+RETURNING *
+""".format(now=NOW.format("$5"))
+
+CONFIRM_CANCEL = """
+UPDATE jobs
+   SET status = 'cancelled', finished_at = {now}, updated_at = {now}, lease_until = NULL,
+       error = '{{"class": "cancelled", "message": "cancelled while running"}}'
+ WHERE id = $1 AND run_token = $2 AND status = 'cancelling'
+RETURNING *
+""".format(now=NOW.format("$3"))
+
+FINISH_ATTEMPT = """
+UPDATE job_attempts
+   SET outcome = $3, finished_at = {now}, error_class = $4, error_detail = $5,
+       input_tokens = $6, output_tokens = $7, cost_usd = $8, cost_known = $9,
+       cancel_confirmed = $10
+ WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
+""".format(now=NOW.format("$11"))
+
+# Leases that ran out: their worker died or lost the database. Locked one batch at a time.
+SELECT_EXPIRED = """
+SELECT *
+  FROM jobs
+ WHERE status IN ('running', 'cancelling') AND lease_until < {now}
+ ORDER BY lease_until
+ LIMIT $2
+   FOR UPDATE SKIP LOCKED
+""".format(now=NOW.format("$1"))
+
+# Reaping, by the reaper that holds the row lock from SELECT_EXPIRED (so no fence is needed).
+REAP_TO_QUEUE = """
+UPDATE jobs
+   SET status = 'queued', run_after = {now}, run_token = NULL, lease_until = NULL,
+       worker_id = NULL, error = $2, updated_at = {now}
+ WHERE id = $1
+RETURNING *, pg_notify('jobstream_jobs', provider)
+""".format(now=NOW.format("$3"))
+
+REAP_TO_TERMINAL = """
+UPDATE jobs
+   SET status = $2, error = $3, finished_at = {now}, updated_at = {now}, lease_until = NULL
+ WHERE id = $1
+RETURNING *
+""".format(now=NOW.format("$4"))
+
+MARK_ATTEMPT_LOST = """
+UPDATE job_attempts
+   SET outcome = 'lost', finished_at = {now}, error_class = 'lost',
+       error_detail = 'lease expired: the worker stopped renewing it', cost_known = false
+ WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
+""".format(now=NOW.format("$3"))

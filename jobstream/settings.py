@@ -1,0 +1,205 @@
+"""Configuration: one typed, validated object, read from the environment at the edge.
+
+Every field names its environment variable, default and unit. `Settings.from_env()` reports every
+bad value at once with a clear message instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class SettingsError(ValueError):
+    """A configuration value is missing or malformed."""
+
+
+def _setting(env: str, default: Any, doc: str, *, minimum: float | None = None) -> Any:
+    return field(default=default, metadata={"env": env, "doc": doc, "minimum": minimum})
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(f"expected a boolean (true/false), got {raw!r}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None = _setting(
+        "DATABASE_URL",
+        None,
+        "PostgreSQL URL. Unset: `make run` and the tests start an embedded PostgreSQL.",
+    )
+    host: str = _setting("JOBSTREAM_HOST", "127.0.0.1", "Address the HTTP server binds to.")
+    port: int = _setting("JOBSTREAM_PORT", 8000, "Port the HTTP server binds to.", minimum=0)
+    db_pool_min: int = _setting(
+        "JOBSTREAM_DB_POOL_MIN", 1, "Pool connections kept open.", minimum=0
+    )
+    db_pool_max: int = _setting("JOBSTREAM_DB_POOL_MAX", 10, "Pool connections at most.", minimum=1)
+    db_connect_timeout_s: float = _setting(
+        "JOBSTREAM_DB_CONNECT_TIMEOUT_S",
+        60.0,
+        "Seconds to keep retrying the database at start-up before giving up.",
+        minimum=0,
+    )
+    max_body_bytes: int = _setting(
+        "JOBSTREAM_MAX_BODY_BYTES",
+        1_048_576,
+        "Largest request body accepted, bytes (413).",
+        minimum=1,
+    )
+    require_idempotency_key: bool = _setting(
+        "JOBSTREAM_REQUIRE_IDEMPOTENCY_KEY", False, "Reject job creation without Idempotency-Key."
+    )
+    default_provider: str = _setting(
+        "JOBSTREAM_DEFAULT_PROVIDER", "simulated", "Provider used when a job names none."
+    )
+    worker_id: str | None = _setting(
+        "JOBSTREAM_WORKER_ID", None, "Name of this worker process (default: host:pid)."
+    )
+    worker_concurrency: int = _setting(
+        "JOBSTREAM_WORKER_CONCURRENCY", 8, "Attempts one worker process runs at once.", minimum=1
+    )
+    lease_s: float = _setting(
+        "JOBSTREAM_LEASE_S", 30.0, "Lease length, seconds; renewed every third of it.", minimum=0.1
+    )
+    poll_interval_s: float = _setting(
+        "JOBSTREAM_POLL_INTERVAL_S",
+        1.0,
+        "Seconds between claim polls when no NOTIFY arrives (the fallback).",
+        minimum=0.01,
+    )
+    shutdown_grace_s: float = _setting(
+        "JOBSTREAM_SHUTDOWN_GRACE_S",
+        10.0,
+        "On SIGTERM, seconds running attempts get to finish before they are handed back.",
+        minimum=0,
+    )
+    backoff_base_s: float = _setting(
+        "JOBSTREAM_BACKOFF_BASE_S",
+        1.0,
+        "First retry delay, seconds (doubles per attempt).",
+        minimum=0,
+    )
+    backoff_max_s: float = _setting(
+        "JOBSTREAM_BACKOFF_MAX_S", 300.0, "Longest retry delay, seconds.", minimum=0
+    )
+    flush_interval_s: float = _setting(
+        "JOBSTREAM_FLUSH_INTERVAL_S",
+        0.05,
+        "Token deltas are persisted at least this often, seconds.",
+        minimum=0.001,
+    )
+    flush_bytes: int = _setting(
+        "JOBSTREAM_FLUSH_BYTES", 4096, "...or as soon as this many bytes are pending.", minimum=1
+    )
+    sse_heartbeat_s: float = _setting(
+        "JOBSTREAM_SSE_HEARTBEAT_S", 15.0, "Seconds between SSE heartbeat comments.", minimum=0.1
+    )
+    sse_retry_ms: int = _setting(
+        "JOBSTREAM_SSE_RETRY_MS",
+        1000,
+        "Reconnect delay the SSE `retry:` field asks for, ms.",
+        minimum=0,
+    )
+    hub_recheck_s: float = _setting(
+        "JOBSTREAM_HUB_RECHECK_S",
+        5.0,
+        "Seconds between the hub's re-reads that catch any lost NOTIFY.",
+        minimum=0.05,
+    )
+    subscriber_buffer: int = _setting(
+        "JOBSTREAM_SUBSCRIBER_BUFFER",
+        1024,
+        "Events buffered per stream subscriber before it is cut off to reconnect.",
+        minimum=1,
+    )
+    stream_token_ttl_s: int = _setting(
+        "JOBSTREAM_STREAM_TOKEN_TTL_S",
+        3600,
+        "Lifetime of a signed events_url token, seconds.",
+        minimum=1,
+    )
+    secret_key: str = _setting(
+        "JOBSTREAM_SECRET_KEY",
+        "",
+        "Key that signs events_url tokens. Empty: a random key per process (single server only).",
+    )
+    openai_base_url: str = _setting(
+        "JOBSTREAM_OPENAI_BASE_URL", "https://api.openai.com/v1", "OpenAI-compatible API base URL."
+    )
+    openai_api_key: str = _setting("JOBSTREAM_OPENAI_API_KEY", "", "API key (never logged).")
+    openai_model: str = _setting("JOBSTREAM_OPENAI_MODEL", "gpt-4o-mini", "Default model.")
+    log_level: str = _setting("JOBSTREAM_LOG_LEVEL", "info", "debug, info, warning or error.")
+    log_json: bool = _setting(
+        "JOBSTREAM_LOG_JSON", True, "JSON log lines (true) or a console renderer (false)."
+    )
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        if self.db_pool_min > self.db_pool_max:
+            problems.append("JOBSTREAM_DB_POOL_MIN must not exceed JOBSTREAM_DB_POOL_MAX")
+        if self.backoff_base_s > self.backoff_max_s:
+            problems.append("JOBSTREAM_BACKOFF_BASE_S must not exceed JOBSTREAM_BACKOFF_MAX_S")
+        if self.log_level not in {"debug", "info", "warning", "error"}:
+            problems.append(f"JOBSTREAM_LOG_LEVEL: unknown level {self.log_level!r}")
+        if self.database_url is not None and not self.database_url.startswith(
+            ("postgres://", "postgresql://")
+        ):
+            problems.append("DATABASE_URL must start with postgresql://")
+        if problems:
+            raise SettingsError("; ".join(problems))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for f in dataclasses.fields(cls):
+            name = f.metadata["env"]
+            raw = env.get(name)
+            if raw is None or (raw == "" and f.default is None):
+                continue
+            try:
+                value = _parser_for(f.type)(raw)
+            except ValueError as exc:
+                problems.append(f"{name}={raw!r}: {exc}")
+                continue
+            minimum = f.metadata["minimum"]
+            if minimum is not None and value < minimum:
+                problems.append(f"{name}={raw!r}: must be at least {minimum}")
+                continue
+            values[f.name] = value
+        if problems:
+            raise SettingsError("invalid configuration: " + "; ".join(problems))
+        values.update(overrides)
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def describe(cls) -> str:
+        """One line per setting, for `--help` and the README."""
+        lines = []
+        for f in dataclasses.fields(cls):
+            lines.append(f"{f.metadata['env']:<36} default {f.default!r:<28} {f.metadata['doc']}")
+        return "\n".join(lines)
+
+
+def _parser_for(annotation: Any) -> Callable[[str], Any]:
+    text = str(annotation)
+    if text.startswith("bool"):
+        return _parse_bool
+    if text.startswith("int"):
+        return int
+    if text.startswith("float"):
+        return float
+    return str

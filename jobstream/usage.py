@@ -1,0 +1,24 @@
+"""Token usage and provider cost of one attempt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: Decimal = Decimal(0)
+    # False when the provider never told us (an unknown outcome): cost_usd is then our estimate.
+    cost_known: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost": str(self.cost_usd),
+            "cost_known": self.cost_known,
+        }

@@ -1,0 +1,48 @@
+"""The provider interface: a stream of text deltas, then the usage.
+
+A provider raises jobstream.errors.ProviderError, with its kind, for every failure it can
+classify; the attempt runner treats anything else as a transient bug of ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Protocol
+
+from jobstream.usage import Usage
+
+
+@dataclass(frozen=True)
+class ProviderRequest:
+    prompt: str
+    model: str | None
+    max_tokens: int
+    attempt: int
+    # Fields of the job's `simulate` object; only the simulated provider reads them.
+    simulate: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+StreamItem = TextDelta | Usage
+
+
+class Provider(Protocol):
+    name: str
+
+    def stream(self, request: ProviderRequest) -> AsyncIterator[StreamItem]:
+        """Yield TextDelta items as the model writes, and one Usage item last.
+
+        Cancelling the consumer (or `aclose()`) must close the underlying request.
+        """
+        ...
+
+    def estimate_cost(self, request: ProviderRequest, output_tokens: int) -> Decimal:
+        """Our price estimate: the reservation at create time, and the cost of an attempt
+        whose outcome is unknown."""
+        ...
