@@ -129,3 +129,22 @@ async def cancel(
             )
             return _with_seq(row, last_seq), True
         return dict(job), False
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A job, its attempts and the current attempt's text, as of one instant."""
+
+    job: Job
+    attempts: list[Job]
+    text: str
+
+
+async def snapshot(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID) -> Snapshot:
+    # One repeatable-read transaction: the text and last_seq describe the same moment, so a
+    # page that renders the text and streams from last_seq neither skips nor repeats a token.
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        job = await get(conn, tenant_id, job_id)
+        history = await attempts(conn, job_id)
+        text = await events.attempt_text(conn, job_id, job["attempts"])
+    return Snapshot(job, history, text)

@@ -1,0 +1,37 @@
+"""`python -m server`: the HTTP API on JOBSTREAM_HOST:JOBSTREAM_PORT."""
+
+from __future__ import annotations
+
+import sys
+
+import uvicorn
+
+from jobstream import logs
+from jobstream.settings import Settings, SettingsError
+from server.app import create_app
+
+
+def main() -> int:
+    try:
+        settings = Settings.from_env()
+    except SettingsError as exc:
+        print(f"jobstream server: {exc}", file=sys.stderr)
+        return 2
+    if settings.database_url is None:
+        print("jobstream server: DATABASE_URL is not set (make run sets it)", file=sys.stderr)
+        return 2
+    logs.configure(settings.log_level, json=settings.log_json)
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,  # our structlog handlers format uvicorn's records too
+        timeout_graceful_shutdown=5,
+        lifespan="on",
+    )
+    uvicorn.Server(config).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

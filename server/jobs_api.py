@@ -1,0 +1,132 @@
+"""The jobs resource: create, read (the snapshot), list, cancel."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import datetime
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from jobstream import jobs
+from jobstream.errors import IdempotencyConflict, JobNotFound
+from jobstream.types import JOB_STATUSES
+from server import representation, validation
+from server.problems import Problem, not_found
+from server.responses import json_response
+from server.state import state, tenant_id
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing more than `limit` bytes without reading them all into memory."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> Problem:
+    return Problem(413, "too-large", "Request body too large", f"The limit is {limit:,} bytes.")
+
+
+def job_id_param(request: Request) -> uuid.UUID:
+    raw = request.path_params["job_id"]
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise not_found(f"No job {raw!r}.") from None
+
+
+async def create_job(request: Request) -> Response:
+    app = state(request)
+    content_type = request.headers.get("content-type", "")
+    if content_type and not content_type.split(";")[0].strip().endswith(("/json", "+json")):
+        raise Problem(
+            415, "unsupported-media-type", "Unsupported media type",
+            "Send the job as application/json.",
+        )  # fmt: skip
+    key = validation.idempotency_key(
+        request.headers.get("idempotency-key"), required=app.settings.require_idempotency_key
+    )
+    body = validation.parse_json(await read_body(request, app.settings.max_body_bytes))
+    spec = validation.job_spec(body, default_provider=app.settings.default_provider)
+    try:
+        outcome = await jobs.create(app.pool, tenant_id(request), spec, key)
+    except IdempotencyConflict as exc:
+        raise Problem(409, "idempotency-conflict", "Idempotency-Key reused", str(exc)) from exc
+    payload = representation.created(outcome.job)
+    location = {"Location": payload["poll_url"]}
+    if outcome.created:
+        return json_response(payload, 202, location)
+    return json_response(payload, 200, {**location, "Idempotent-Replayed": "true"})
+
+
+async def get_job(request: Request) -> Response:
+    app = state(request)
+    job_id = job_id_param(request)
+    try:
+        snap = await jobs.snapshot(app.pool, tenant_id(request), job_id)
+    except JobNotFound:
+        raise not_found(f"No job {job_id}.") from None
+    return json_response(representation.detail(snap))
+
+
+def _encode_cursor(job: jobs.Job) -> str:
+    raw = f"{job['created_at'].isoformat()}|{job['id']}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created_at, job_id = raw.split("|")
+        return datetime.fromisoformat(created_at), uuid.UUID(job_id)
+    except ValueError as exc:
+        raise Problem(400, "invalid-cursor", "Invalid cursor", "Use next_cursor as given.") from exc
+
+
+async def list_jobs(request: Request) -> Response:
+    app = state(request)
+    status = request.query_params.get("status")
+    if status is not None and status not in JOB_STATUSES:
+        raise Problem(
+            400, "invalid-status", "Invalid status filter",
+            f"status must be one of {', '.join(JOB_STATUSES)}.",
+        )  # fmt: skip
+    raw_limit = request.query_params.get("limit", "20")
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 100:
+        raise Problem(400, "invalid-limit", "Invalid limit", "limit must be 1 to 100.")
+    limit = int(raw_limit)
+    cursor = request.query_params.get("cursor")
+    before = _decode_cursor(cursor) if cursor else None
+    rows = await jobs.list_jobs(
+        app.pool, tenant_id(request), status=status, before=before, limit=limit + 1
+    )
+    page = rows[:limit]
+    return json_response(
+        {
+            "jobs": [representation.summary(job) for job in page],
+            "next_cursor": _encode_cursor(page[-1]) if len(rows) > limit else None,
+        }
+    )
+
+
+async def cancel_job(request: Request) -> Response:
+    app = state(request)
+    job_id = job_id_param(request)
+    tenant = tenant_id(request)
+    try:
+        job, changed = await jobs.cancel(app.pool, tenant, job_id, app.clock)
+        snap = await jobs.snapshot(app.pool, tenant, job_id)
+    except JobNotFound:
+        raise not_found(f"No job {job_id}.") from None
+    finished = not changed and job["status"] not in ("cancelling",)
+    return json_response(representation.detail(snap), 200 if finished else 202)

@@ -1,0 +1,93 @@
+"""Jobs as JSON, in the shapes API.md gives."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from jobstream.jobs import Job, Snapshot
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def links(job_id: str) -> dict[str, str]:
+    base = f"/api/jobs/{job_id}"
+    return {"events_url": f"{base}/events", "poll_url": base, "cancel_url": f"{base}/cancel"}
+
+
+def created(job: Job) -> dict[str, Any]:
+    job_id = str(job["id"])
+    return {
+        "id": job_id,
+        "status": job["status"],
+        "created_at": _iso(job["created_at"]),
+        "last_seq": job["last_seq"],
+        **links(job_id),
+    }
+
+
+def summary(job: Job) -> dict[str, Any]:
+    """A row of the job list."""
+    job_id = str(job["id"])
+    return {
+        "id": job_id,
+        "status": job["status"],
+        "provider": job["provider"],
+        "prompt_preview": job["payload"]["prompt"][:120],
+        "attempts": job["attempts"],
+        "max_attempts": job["max_attempts"],
+        "created_at": _iso(job["created_at"]),
+        "finished_at": _iso(job["finished_at"]),
+        "metadata": job["metadata"],
+        **links(job_id),
+    }
+
+
+def _attempt(row: dict[str, Any]) -> dict[str, Any]:
+    cost = row["cost_usd"]
+    return {
+        "attempt": row["attempt"],
+        "outcome": row["outcome"],
+        "worker_id": row["worker_id"],
+        "started_at": _iso(row["started_at"]),
+        "finished_at": _iso(row["finished_at"]),
+        "error": (
+            {"class": row["error_class"], "message": row["error_detail"]}
+            if row["error_class"]
+            else None
+        ),
+        "provider": row["provider"],
+        "model": row["model"],
+        "input_tokens": row["input_tokens"],
+        "output_tokens": row["output_tokens"],
+        "cost": str(cost) if cost is not None else None,
+        "cost_known": row["cost_known"],
+    }
+
+
+def detail(snap: Snapshot) -> dict[str, Any]:
+    job = snap.job
+    job_id = str(job["id"])
+    return {
+        "id": job_id,
+        "status": job["status"],
+        "provider": job["provider"],
+        "model": job["payload"].get("model"),
+        "priority": job["priority"],
+        "attempts": job["attempts"],
+        "max_attempts": job["max_attempts"],
+        "created_at": _iso(job["created_at"]),
+        "started_at": _iso(job["started_at"]),
+        "finished_at": _iso(job["finished_at"]),
+        "run_after": _iso(job["run_after"]) if job["status"] == "queued" else None,
+        "last_seq": job["last_seq"],
+        "output": {"attempt": job["attempts"], "text": snap.text},
+        "result": job["result"],
+        "error": job["error"],
+        "cancel_requested": job["cancel_requested_at"] is not None,
+        "metadata": job["metadata"],
+        "attempt_history": [_attempt(a) for a in snap.attempts],
+        **links(job_id),
+    }

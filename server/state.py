@@ -1,0 +1,28 @@
+"""What the app's lifespan owns, reachable from every handler as `request.app.state.js`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+from starlette.requests import Request
+
+from jobstream.clock import Clock
+from jobstream.settings import Settings
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    clock: Clock
+    pool: asyncpg.Pool
+
+
+def state(request: Request) -> AppState:
+    app_state: AppState = request.app.state.js
+    return app_state
+
+
+def tenant_id(request: Request) -> str:
+    """Every job belongs to a tenant; until API keys arrive, all requests are the default one."""
+    return "default"

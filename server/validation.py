@@ -1,0 +1,182 @@
+"""Turn a request body into a JobSpec, or a 422 naming every bad field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from jobstream.jobspec import JobSpec
+from server.problems import Problem
+
+PROVIDERS = ("simulated", "openai")
+METADATA_MAX_BYTES = 4096
+FAULT_KINDS = ("transient", "rate_limited", "permanent", "timeout", "drop")
+
+
+class _Fields:
+    """Collects field errors so one response names all of them."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self.errors: list[dict[str, str]] = []
+
+    def error(self, name: str, message: str) -> None:
+        self.errors.append({"field": name, "message": message})
+
+    def string(self, name: str, default: str | None, *, lo: int, hi: int) -> str | None:
+        value = self.body.get(name, default)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            self.error(name, "must be a string")
+            return default
+        if not lo <= len(value) <= hi:
+            self.error(name, f"must be {lo} to {hi:,} characters long")
+            return default
+        return value
+
+    def integer(self, name: str, default: int, *, lo: int, hi: int) -> int:
+        value = self.body.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(name, "must be an integer")
+            return default
+        if not lo <= value <= hi:
+            self.error(name, f"must be between {lo} and {hi:,}")
+            return default
+        return value
+
+    def number(self, name: str, default: float, *, lo: float, hi: float) -> float:
+        value = self.body.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.error(name, "must be a number")
+            return default
+        if not lo <= value <= hi:
+            self.error(name, f"must be between {lo:g} and {hi:,g}")
+            return default
+        return float(value)
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.body.get(name, default)
+        if not isinstance(value, bool):
+            self.error(name, "must be true or false")
+            return default
+        return value
+
+    def obj(self, name: str) -> dict[str, Any]:
+        value = self.body.get(name, {})
+        if not isinstance(value, dict):
+            self.error(name, "must be an object")
+            return {}
+        return value
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise Problem(400, "invalid-json", "Invalid JSON", f"The body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise Problem(422, "validation", "Invalid request", "The body must be a JSON object.")
+    return body
+
+
+def job_spec(body: dict[str, Any], *, default_provider: str) -> JobSpec:
+    fields = _Fields(body)
+    known = {
+        "prompt", "provider", "model", "max_tokens", "priority", "max_attempts",
+        "retry_unknown", "timeout_s", "webhook_url", "metadata", "simulate",
+    }  # fmt: skip
+    for name in sorted(set(body) - known):
+        fields.error(name, "unknown field")
+    if "prompt" not in body:
+        fields.error("prompt", "is required")
+    prompt = fields.string("prompt", "", lo=1, hi=200_000) or ""
+    provider = fields.string("provider", default_provider, lo=1, hi=64) or default_provider
+    if provider not in PROVIDERS:
+        fields.error("provider", f"must be one of {', '.join(PROVIDERS)}")
+    model = fields.string("model", None, lo=1, hi=200)
+    max_tokens = fields.integer("max_tokens", 512, lo=1, hi=32_768)
+    priority = fields.integer("priority", 0, lo=-10, hi=10)
+    max_attempts = fields.integer("max_attempts", 3, lo=1, hi=10)
+    retry_unknown = fields.boolean("retry_unknown", False)
+    timeout_s = fields.number("timeout_s", 90.0, lo=1, hi=3600)
+    webhook_url = fields.string("webhook_url", None, lo=1, hi=2000)
+    if webhook_url is not None and not webhook_url.startswith(("http://", "https://")):
+        fields.error("webhook_url", "must be an http:// or https:// URL")
+    metadata = fields.obj("metadata")
+    if len(orjson.dumps(metadata)) > METADATA_MAX_BYTES:
+        fields.error("metadata", f"must be at most {METADATA_MAX_BYTES} bytes as JSON")
+    simulate = fields.obj("simulate")
+    _check_simulate(fields, simulate)
+    if fields.errors:
+        raise Problem(
+            422,
+            "validation",
+            "Invalid request",
+            f"{len(fields.errors)} field(s) are invalid.",
+            errors=fields.errors,
+        )
+    return JobSpec(
+        prompt=prompt,
+        provider=provider,
+        model=model,
+        max_tokens=max_tokens,
+        priority=priority,
+        max_attempts=max_attempts,
+        retry_unknown=retry_unknown,
+        timeout_s=timeout_s,
+        webhook_url=webhook_url,
+        metadata=metadata,
+        simulate=simulate,
+    )
+
+
+def _check_simulate(fields: _Fields, simulate: dict[str, Any]) -> None:
+    sim = _Fields(simulate)
+    known = {"tokens_per_second", "tokens", "pattern", "first_token_delay_s", "faults",
+             "cost_per_token"}  # fmt: skip
+    for name in sorted(set(simulate) - known):
+        sim.error(name, "unknown field")
+    sim.number("tokens_per_second", 40, lo=0, hi=100_000)
+    sim.integer("tokens", 1, lo=0, hi=1_000_000)
+    sim.number("first_token_delay_s", 0.2, lo=0, hi=3600)
+    sim.number("cost_per_token", 0.000002, lo=0, hi=1)
+    if simulate.get("pattern", "words") not in ("words", "count"):
+        sim.error("pattern", "must be words or count")
+    faults = simulate.get("faults", [])
+    if not isinstance(faults, list):
+        sim.error("faults", "must be a list")
+        faults = []
+    for i, fault in enumerate(faults):
+        if not isinstance(fault, dict):
+            sim.error(f"faults[{i}]", "must be an object")
+            continue
+        one = _Fields(fault)
+        for name in sorted(set(fault) - {"attempt", "after_tokens", "kind", "retry_after_s"}):
+            one.error(name, "unknown field")
+        one.integer("attempt", 1, lo=1, hi=10)
+        one.integer("after_tokens", 0, lo=0, hi=1_000_000)
+        one.number("retry_after_s", 1, lo=0, hi=3600)
+        if fault.get("kind") not in FAULT_KINDS:
+            one.error("kind", f"must be one of {', '.join(FAULT_KINDS)}")
+        sim.errors += [{**e, "field": f"faults[{i}].{e['field']}"} for e in one.errors]
+    fields.errors += [{**e, "field": f"simulate.{e['field']}"} for e in sim.errors]
+
+
+def idempotency_key(raw: str | None, *, required: bool) -> str | None:
+    if raw is None:
+        if required:
+            raise Problem(
+                400, "idempotency-key-required", "Idempotency-Key required",
+                "This server requires an Idempotency-Key header on job creation.",
+            )  # fmt: skip
+        return None
+    if not 1 <= len(raw) <= 255 or not all("!" <= ch <= "~" for ch in raw):
+        raise Problem(
+            400,
+            "invalid-idempotency-key",
+            "Invalid Idempotency-Key",
+            "Idempotency-Key must be 1 to 255 visible ASCII characters.",
+        )
+    return raw

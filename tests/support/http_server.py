@@ -1,0 +1,35 @@
+"""A real uvicorn serving the app on a free loopback port, inside the test's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+from starlette.types import ASGIApp
+
+
+@asynccontextmanager
+async def serve(app: ASGIApp, *, startup_timeout_s: float = 30) -> AsyncIterator[str]:
+    """Yield the base URL while uvicorn serves `app`; shut it down after."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_config=None, lifespan="on", timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
+    try:
+        async with asyncio.timeout(startup_timeout_s):
+            while not server.started:
+                if task.done():
+                    task.result()  # surfaces a start-up failure
+                    raise RuntimeError("uvicorn stopped before it started")
+                await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, timeout=15)
+        sock.close()
