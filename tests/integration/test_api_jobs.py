@@ -146,7 +146,7 @@ async def test_wrong_content_type_is_415(client: httpx.AsyncClient) -> None:
 async def test_bad_idempotency_keys_are_400(
     client: httpx.AsyncClient, pool: asyncpg.Pool, key: bytes
 ) -> None:
-    response = await client.post("/api/jobs", json=body(), headers={"Idempotency-Key": key})
+    response = await client.post("/api/jobs", json=body(), headers={b"Idempotency-Key": key})
     assert response.status_code == 400
     assert response.json()["type"] == "/problems/invalid-idempotency-key"
     assert await job_count(pool) == 0
