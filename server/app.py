@@ -8,12 +8,13 @@ from contextlib import asynccontextmanager
 import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from jobstream import db
 from jobstream.clock import Clock, DatabaseClock
 from jobstream.settings import Settings
-from server import health, jobs_api, problems
+from server import health, jobs_api, pages, problems
 from server.state import AppState
 
 log = structlog.get_logger(__name__)
@@ -46,6 +47,9 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
         Route("/api/jobs", jobs_api.list_jobs, methods=["GET"]),
         Route("/api/jobs/{job_id}", jobs_api.get_job, methods=["GET"]),
         Route("/api/jobs/{job_id}/cancel", jobs_api.cancel_job, methods=["POST"]),
+        Route("/", pages.index),
+        Route("/jobs/{job_id}", pages.index),
+        Mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static"),
     ]
     return Starlette(
         routes=routes,

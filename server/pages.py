@@ -1,0 +1,15 @@
+"""The browser page: one HTML document for `/` and every `/jobs/{id}`, plus its assets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+
+
+async def index(request: Request) -> Response:
+    # The page routes itself from location.pathname, so a job's link opens its view directly.
+    return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
