@@ -137,6 +137,38 @@ class Settings:
     )
     openai_api_key: str = _setting("JOBSTREAM_OPENAI_API_KEY", "", "API key (never logged).")
     openai_model: str = _setting("JOBSTREAM_OPENAI_MODEL", "gpt-4o-mini", "Default model.")
+    openai_connect_timeout_s: float = _setting(
+        "JOBSTREAM_OPENAI_CONNECT_TIMEOUT_S",
+        10.0,
+        "Seconds to open a connection to the provider (a failure here is safe to retry).",
+        minimum=0.001,
+    )
+    openai_first_token_timeout_s: float = _setting(
+        "JOBSTREAM_OPENAI_FIRST_TOKEN_TIMEOUT_S",
+        120.0,
+        "Seconds from sending the request to the first text token (covers queueing and prefill).",
+        minimum=0.001,
+    )
+    openai_idle_timeout_s: float = _setting(
+        "JOBSTREAM_OPENAI_IDLE_TIMEOUT_S",
+        30.0,
+        "Seconds of silence allowed between stream chunks once tokens flow.",
+        minimum=0.001,
+    )
+    # Floats because the environment parser knows no Decimal; the provider converts them through
+    # their decimal text (Decimal(str(x))), so 0.15 stays exactly 0.15.
+    openai_input_usd_per_mtok: float = _setting(
+        "JOBSTREAM_OPENAI_INPUT_USD_PER_MTOK",
+        0.15,
+        "Price of one million input (prompt) tokens, USD.",
+        minimum=0,
+    )
+    openai_output_usd_per_mtok: float = _setting(
+        "JOBSTREAM_OPENAI_OUTPUT_USD_PER_MTOK",
+        0.60,
+        "Price of one million output (completion) tokens, USD.",
+        minimum=0,
+    )
     log_level: str = _setting("JOBSTREAM_LOG_LEVEL", "info", "debug, info, warning or error.")
     log_json: bool = _setting(
         "JOBSTREAM_LOG_JSON", True, "JSON log lines (true) or a console renderer (false)."
