@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit integration e2e install clean bench
+.PHONY: run test lint typecheck unit integration e2e install clean bench browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,8 +17,13 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python -m jobstream.devrun
 
+## Debian's Chromium for the browser tests (tests/e2e); Playwright drives it, nothing downloaded.
+CHROMIUM := /usr/bin/chromium
+browser:
+	@test -x $(CHROMIUM) || (apt-get update && apt-get install -y --no-install-recommends chromium)
+
 ## Lint, type-check, then the whole suite.
-test: $(STAMP) lint typecheck
+test: $(STAMP) browser lint typecheck
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
