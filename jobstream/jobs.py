@@ -131,6 +131,25 @@ async def cancel(
         return dict(job), False
 
 
+async def retry_dead(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID, clock: Clock) -> bool:
+    """Queue a `dead` job again with a fresh set of attempts. False when it is not dead."""
+    async with pool.acquire() as conn, conn.transaction():
+        job = await conn.fetchrow(queries.SELECT_JOB_FOR_UPDATE, job_id, tenant_id)
+        if job is None:
+            raise JobNotFound(str(job_id))
+        row = await conn.fetchrow(queries.RETRY_DEAD, job_id, clock.now())
+        if row is None:
+            return False
+        await events.append(
+            conn,
+            job_id,
+            row["attempts"],
+            [NewEvent("status", {"status": "queued", "reason": "operator retry"})],
+            run_token=None,
+        )
+        return True
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """A job, its attempts and the current attempt's text, as of one instant."""

@@ -108,6 +108,15 @@ UPDATE jobs
 RETURNING *, pg_notify('jobstream_cancel', id::text)
 """.format(now=NOW.format("$2"))
 
+# An operator's second chance for a dead job: a fresh set of attempts, from now.
+RETRY_DEAD = """
+UPDATE jobs
+   SET status = 'queued', run_after = {now}, uncounted_attempts = attempts, finished_at = NULL,
+       error = NULL, run_token = NULL, lease_until = NULL, worker_id = NULL, updated_at = {now}
+ WHERE id = $1 AND status = 'dead'
+RETURNING *, pg_notify('jobstream_jobs', provider)
+""".format(now=NOW.format("$2"))
+
 NOTIFY_RUNNABLE = "SELECT pg_notify('jobstream_jobs', $1::text)"
 
 # --- the worker ---
@@ -239,3 +248,65 @@ UPDATE job_attempts
        error_detail = 'lease expired: the worker stopped renewing it', cost_known = false
  WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
 """.format(now=NOW.format("$3"))
+
+# --- provider-wide state ---
+
+# A 429 pauses the provider for every worker (CLAIM_JOB skips paused providers). GREATEST keeps
+# the longest pause when several attempts are rate-limited at once.
+PAUSE_PROVIDER = """
+INSERT INTO provider_state (provider, paused_until)
+VALUES ($1, {now} + make_interval(secs => $2))
+ON CONFLICT (provider) DO UPDATE
+   SET paused_until = GREATEST(provider_state.paused_until, EXCLUDED.paused_until)
+RETURNING paused_until
+""".format(now=NOW.format("$3"))
+
+# --- metrics (derived from the tables, so every replica reports the same truth) ---
+
+METRICS_JOBS_BY_STATUS = "SELECT status, count(*) AS n FROM jobs GROUP BY status"
+
+METRICS_ATTEMPTS = """
+SELECT provider, outcome, count(*) AS n, coalesce(sum(cost_usd), 0) AS cost,
+       count(*) FILTER (WHERE NOT cost_known) AS cost_unknown,
+       count(*) FILTER (WHERE attempt > 1) AS retries
+  FROM job_attempts
+ GROUP BY provider, outcome
+"""
+
+METRICS_ACCEPTED_COST = """
+SELECT count(*) AS accepted,
+       coalesce(sum(charged_usd), 0) AS charged,
+       coalesce(sum((SELECT sum(a.cost_usd) FROM job_attempts a WHERE a.job_id = j.id)), 0)
+         AS provider_cost
+  FROM jobs j
+ WHERE j.status = 'succeeded'
+"""
+
+METRICS_QUEUE = """
+SELECT count(*) AS depth,
+       coalesce(extract(epoch FROM clock_timestamp() - min(run_after))
+                FILTER (WHERE run_after <= clock_timestamp()), 0) AS oldest_age_s
+  FROM jobs
+ WHERE status = 'queued'
+"""
+
+METRICS_EVENTS = "SELECT coalesce(sum(last_seq), 0) AS n FROM jobs"
+
+# Cumulative histogram counts over the bucket bounds in $1 (seconds), plus count and sum.
+METRICS_QUEUE_WAIT = """
+WITH d AS (SELECT extract(epoch FROM started_at - created_at)::float8 AS s
+             FROM jobs WHERE started_at IS NOT NULL)
+SELECT array(SELECT (SELECT count(*) FROM d WHERE d.s <= b) FROM unnest($1::float8[]) AS b)
+         AS buckets,
+       (SELECT count(*) FROM d) AS n,
+       (SELECT coalesce(sum(s), 0) FROM d) AS total
+"""
+
+METRICS_RUN_DURATION = """
+WITH d AS (SELECT extract(epoch FROM finished_at - started_at)::float8 AS s
+             FROM job_attempts WHERE finished_at IS NOT NULL)
+SELECT array(SELECT (SELECT count(*) FROM d WHERE d.s <= b) FROM unnest($1::float8[]) AS b)
+         AS buckets,
+       (SELECT count(*) FROM d) AS n,
+       (SELECT coalesce(sum(s), 0) FROM d) AS total
+"""

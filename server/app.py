@@ -47,6 +47,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
         Route("/api/jobs", jobs_api.list_jobs, methods=["GET"]),
         Route("/api/jobs/{job_id}", jobs_api.get_job, methods=["GET"]),
         Route("/api/jobs/{job_id}/cancel", jobs_api.cancel_job, methods=["POST"]),
+        Route("/api/jobs/{job_id}/retry", jobs_api.retry_job, methods=["POST"]),
         Route("/", pages.index),
         Route("/jobs/{job_id}", pages.index),
         Mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static"),

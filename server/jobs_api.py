@@ -130,3 +130,21 @@ async def cancel_job(request: Request) -> Response:
         raise not_found(f"No job {job_id}.") from None
     finished = not changed and job["status"] not in ("cancelling",)
     return json_response(representation.detail(snap), 200 if finished else 202)
+
+
+async def retry_job(request: Request) -> Response:
+    """An operator re-queues a `dead` job; any other status is a 409."""
+    app = state(request)
+    job_id = job_id_param(request)
+    tenant = tenant_id(request)
+    try:
+        retried = await jobs.retry_dead(app.pool, tenant, job_id, app.clock)
+        snap = await jobs.snapshot(app.pool, tenant, job_id)
+    except JobNotFound:
+        raise not_found(f"No job {job_id}.") from None
+    if not retried:
+        raise Problem(
+            409, "not-dead", "Only dead jobs can be retried",
+            f"Job {job_id} is {snap.job['status']}.",
+        )  # fmt: skip
+    return json_response(representation.detail(snap), 202)

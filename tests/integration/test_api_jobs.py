@@ -235,3 +235,20 @@ async def test_cancel_of_a_queued_job_is_immediate_and_idempotent(
 async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     assert (await client.get("/readyz")).json() == {"status": "ready"}
+
+
+async def test_retry_requeues_only_dead_jobs(client: httpx.AsyncClient, pool: asyncpg.Pool) -> None:
+    job = (await client.post("/api/jobs", json=body(max_attempts=1))).json()
+    refused = await client.post(f"/api/jobs/{job['id']}/retry")
+    assert refused.status_code == 409
+    job_id = uuid.UUID(job["id"])
+    # A job whose only attempt was lost and whose attempts are used up.
+    await pool.execute(
+        "UPDATE jobs SET status = 'dead', attempts = 1, finished_at = now() WHERE id = $1", job_id
+    )
+    retried = await client.post(f"/api/jobs/{job['id']}/retry")
+    assert retried.status_code == 202
+    assert retried.json()["status"] == "queued"
+    row = await pool.fetchrow("SELECT attempts, uncounted_attempts FROM jobs WHERE id = $1", job_id)
+    assert row is not None
+    assert row["attempts"] - row["uncounted_attempts"] == 0  # a fresh set of attempts
