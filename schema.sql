@@ -52,7 +52,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     -- Per-job event sequence; allocated by UPDATE ... RETURNING in the appending transaction.
     last_seq            bigint NOT NULL DEFAULT 0,
     webhook_url         text,
-    reserved_usd        numeric(18, 8) NOT NULL DEFAULT 0,
+    -- Money: the estimate of one attempt's maximum price, reserved from the tenant's budget at
+    -- create; `reserved_usd` is what is still held (0 once charged or released); `charged_usd`
+    -- what the tenant paid for the accepted result (once, whatever the retries cost us).
+    estimate_usd        numeric(18, 8) NOT NULL DEFAULT 0 CHECK (estimate_usd >= 0),
+    reserved_usd        numeric(18, 8) NOT NULL DEFAULT 0 CHECK (reserved_usd >= 0),
     charged_usd         numeric(18, 8),
     created_at          timestamptz NOT NULL DEFAULT now(),
     started_at          timestamptz,

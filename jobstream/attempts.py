@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import asyncpg
 
-from jobstream import events, queries
+from jobstream import events, ledger, queries
 from jobstream.clock import Clock
 from jobstream.db import Conn
 from jobstream.errors import Fenced
@@ -151,6 +151,8 @@ async def succeed(pool: asyncpg.Pool, held: Claimed, text: str, usage: Usage, cl
         if row is None:
             raise Fenced(f"job {held.job_id}: not running under this attempt")
         await _finish_attempt(conn, held, "succeeded", clock, usage=usage)
+        # The tenant pays the accepted attempt's price, once; failed attempts are our cost.
+        await ledger.charge(conn, held.job_id, usage.cost_usd)
         await events.append(
             conn,
             held.job_id,
@@ -205,6 +207,7 @@ async def fail(
                 queries.FAIL_JOB, held.job_id, held.run_token, status, error, clock.now()
             )
             new_events.append(NewEvent("done", {"status": status, "error": error}))
+            await ledger.release(conn, held.job_id)
         if row is None:
             raise Fenced(f"job {held.job_id}: not running under this attempt")
         # The fenced UPDATE above proved we held the job and keeps its row locked; the job no
@@ -233,6 +236,7 @@ async def confirm_cancel(
         row = await conn.fetchrow(queries.CONFIRM_CANCEL, held.job_id, held.run_token, clock.now())
         if row is None:
             raise Fenced(f"job {held.job_id}: not cancelling under this attempt")
+        await ledger.release(conn, held.job_id)
         await _finish_attempt(
             conn, held, "cancelled", clock, usage=usage, cancel_confirmed=provider_confirmed
         )
@@ -302,5 +306,7 @@ async def reap_expired(pool: asyncpg.Pool, clock: Clock, batch: int = 50) -> int
                     NewEvent("error", lost),
                     NewEvent("status", {"status": "queued", "error": lost}),
                 ]
+            if new[-1].type == "done":
+                await ledger.release(conn, job_id)
             await events.append(conn, job_id, attempt, new, run_token=None)
         return len(rows)

@@ -21,6 +21,10 @@ class IdempotencyConflict(JobstreamError):
     """The Idempotency-Key was used before with a different request body."""
 
 
+class BudgetExceeded(JobstreamError):
+    """The tenant's budget cannot cover the job's reservation."""
+
+
 class Fenced(JobstreamError):
     """A write by an attempt that no longer holds the job (stale run_token, or job not active).
 

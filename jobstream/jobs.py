@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from jobstream import events, queries
+from jobstream import events, ledger, queries
 from jobstream.clock import Clock
 from jobstream.db import Queryable
 from jobstream.errors import IdempotencyConflict, JobNotFound
@@ -60,6 +60,8 @@ async def create(
                     f"Idempotency-Key {idempotency_key!r} was used with a different request body"
                 )
             return Created(dict(existing), created=False)
+        if reserved_usd > 0:
+            await ledger.reserve(conn, tenant_id, reserved_usd)  # BudgetExceeded rolls back
         last_seq = await events.append(
             conn, job_id, 0, [NewEvent("status", {"status": "queued"})], run_token=None
         )
@@ -112,6 +114,7 @@ async def cancel(
         if job["status"] == "queued":
             row = await conn.fetchrow(queries.CANCEL_QUEUED, job_id, now)
             assert row is not None  # the row is locked and queued
+            await ledger.release(conn, job_id)
             done = {"status": "cancelled", "error": row["error"]}
             last_seq = await events.append(
                 conn, job_id, row["attempts"], [NewEvent("done", done)], run_token=None
@@ -140,6 +143,7 @@ async def retry_dead(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID, cloc
         row = await conn.fetchrow(queries.RETRY_DEAD, job_id, clock.now())
         if row is None:
             return False
+        await ledger.reserve_again(conn, job_id)
         await events.append(
             conn,
             job_id,

@@ -59,8 +59,8 @@ SELECT coalesce(string_agg(data->>'text', '' ORDER BY seq), '')
 # simultaneous duplicates make one row; the losers then read it with SELECT_JOB_BY_KEY.
 INSERT_JOB = """
 INSERT INTO jobs (id, tenant_id, idempotency_key, request_hash, provider, priority, payload,
-                  metadata, max_attempts, webhook_url, reserved_usd)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                  metadata, max_attempts, webhook_url, estimate_usd, reserved_usd)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
 ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 RETURNING *
 """
@@ -309,4 +309,57 @@ SELECT array(SELECT (SELECT count(*) FROM d WHERE d.s <= b) FROM unnest($1::floa
          AS buckets,
        (SELECT count(*) FROM d) AS n,
        (SELECT coalesce(sum(s), 0) FROM d) AS total
+"""
+
+# --- money: reserve at create, charge once on success, release on any other end ---
+
+# The budget check and the reservation are one statement on the tenant's row, so concurrent
+# creates cannot together reserve more than the budget.
+RESERVE_BUDGET = """
+UPDATE tenants
+   SET reserved_usd = reserved_usd + $2
+ WHERE id = $1 AND (budget_usd IS NULL OR budget_usd - spent_usd - reserved_usd >= $2)
+RETURNING id
+"""
+
+SELECT_TENANT_BUDGET = "SELECT budget_usd, reserved_usd, spent_usd FROM tenants WHERE id = $1"
+
+# Charge the accepted attempt's price and free what the job still held. The self-join reads the
+# job's reservation as it was before this UPDATE zeroes it.
+CHARGE_JOB = """
+WITH job AS (
+    UPDATE jobs j
+       SET charged_usd = $2, reserved_usd = 0
+      FROM jobs old
+     WHERE j.id = $1 AND old.id = j.id AND j.charged_usd IS NULL
+    RETURNING j.tenant_id, old.reserved_usd AS held
+)
+UPDATE tenants t
+   SET reserved_usd = t.reserved_usd - job.held, spent_usd = t.spent_usd + $2
+  FROM job
+ WHERE t.id = job.tenant_id
+"""
+
+RELEASE_RESERVATION = """
+WITH job AS (
+    UPDATE jobs j
+       SET reserved_usd = 0
+      FROM jobs old
+     WHERE j.id = $1 AND old.id = j.id AND j.reserved_usd > 0
+    RETURNING j.tenant_id, old.reserved_usd AS held
+)
+UPDATE tenants t
+   SET reserved_usd = t.reserved_usd - job.held
+  FROM job
+ WHERE t.id = job.tenant_id
+"""
+
+# An operator's retry of a dead job holds its estimate again (no budget check: an operator acts).
+RESERVE_AGAIN = """
+WITH job AS (
+    UPDATE jobs SET reserved_usd = estimate_usd WHERE id = $1 AND reserved_usd = 0
+    RETURNING tenant_id, estimate_usd
+)
+UPDATE tenants t SET reserved_usd = t.reserved_usd + job.estimate_usd FROM job
+ WHERE t.id = job.tenant_id
 """
