@@ -1,0 +1,142 @@
+"""The classification table of provider failures (DESIGN.md §7), one row per case."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import httpx
+import pytest
+
+from jobstream.types import ErrorKind
+from worker.providers import classify
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (429, "rate_limited"),
+        (408, "transient"),
+        (409, "transient"),
+        (425, "transient"),
+        (500, "transient"),
+        (502, "transient"),
+        (503, "transient"),
+        (504, "transient"),
+        (529, "transient"),
+        (400, "permanent"),
+        (401, "permanent"),
+        (403, "permanent"),
+        (404, "permanent"),
+        (413, "permanent"),
+        (422, "permanent"),
+        (307, "permanent"),
+    ],
+)
+def test_http_status_kind(status: int, kind: ErrorKind) -> None:
+    error = classify.from_status(status, {}, detail="nope")
+    assert error.kind == kind
+    assert error.status_code == status
+    assert error.request_sent is True
+    assert str(error) == f"provider answered HTTP {status}: nope"
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({}, None),
+        ({"Retry-After": "7"}, 7.0),
+        ({"retry-after": "1.5"}, 1.5),
+        ({"Retry-After": "-3"}, 0.0),
+        ({"Retry-After": format_datetime(NOW + timedelta(seconds=30), usegmt=True)}, 30.0),
+        ({"Retry-After": format_datetime(NOW - timedelta(seconds=30), usegmt=True)}, 0.0),
+        ({"Retry-After": "Wed, 21 Oct 2015 07:28:00"}, 0.0),  # naive date: read as UTC, past
+        ({"Retry-After": "soon"}, None),
+        ({"Retry-After": "nan"}, None),
+        ({"retry-after-ms": "250"}, 0.25),
+        # The millisecond header is the precise one: it wins over the rounded seconds.
+        ({"Retry-After": "1", "retry-after-ms": "1200"}, 1.2),
+        ({"Retry-After": "2", "retry-after-ms": "garbage"}, 2.0),
+    ],
+)
+def test_retry_after(headers: dict[str, str], seconds: float | None) -> None:
+    assert classify.parse_retry_after(headers, now=NOW) == seconds
+
+
+def test_rate_limited_carries_retry_after() -> None:
+    error = classify.from_status(429, httpx.Headers({"Retry-After": "12"}), now=NOW)
+    assert (error.kind, error.retry_after_s) == ("rate_limited", 12.0)
+
+
+def test_unavailable_passes_retry_after_on() -> None:
+    error = classify.from_status(503, {"Retry-After": "4"}, now=NOW)
+    assert (error.kind, error.retry_after_s) == ("transient", 4.0)
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind", "request_sent"),
+    [
+        # Nothing left us: safe to retry.
+        (httpx.ConnectError("[Errno 111] Connection refused"), "transient", False),
+        (httpx.ConnectError("[Errno -2] Name or service not known"), "transient", False),
+        (httpx.ConnectTimeout("timed out"), "transient", False),
+        (httpx.PoolTimeout("no connection"), "transient", False),
+        # The request went out: the provider may be working and billing.
+        (httpx.ReadTimeout("timed out"), "unknown", True),
+        (httpx.ReadError("connection reset"), "unknown", True),
+        (httpx.RemoteProtocolError("incomplete chunked read"), "unknown", True),
+        (httpx.WriteError("broken pipe"), "unknown", True),
+        (httpx.WriteTimeout("timed out"), "unknown", True),
+        # A base URL without a scheme is a configuration error.
+        (httpx.UnsupportedProtocol("missing http://"), "permanent", False),
+    ],
+)
+def test_transport_error_by_type(
+    exc: httpx.TransportError, kind: ErrorKind, request_sent: bool
+) -> None:
+    error = classify.from_transport(exc)
+    assert (error.kind, error.request_sent) == (kind, request_sent)
+    assert error.status_code is None
+    assert str(exc) in str(error)
+
+
+@pytest.mark.parametrize(("request_sent", "kind"), [(False, "transient"), (True, "unknown")])
+def test_transport_error_trace_decides_over_type(request_sent: bool, kind: ErrorKind) -> None:
+    # A keep-alive connection the server closed fails with a read error before any byte of
+    # ours went out; only the connection trace can tell.
+    error = classify.from_transport(httpx.ReadError("closed"), request_sent=request_sent)
+    assert (error.kind, error.request_sent) == (kind, request_sent)
+
+
+@pytest.mark.parametrize(
+    "fault", ["first_token_timeout", "idle_timeout", "malformed_chunk", "ended_early"]
+)
+def test_stream_fault_after_send_is_unknown(fault: classify.StreamFault) -> None:
+    error = classify.from_stream_fault(fault, detail="x")
+    assert (error.kind, error.request_sent) == ("unknown", True)
+    assert str(error).endswith(": x")
+
+
+def test_first_token_timeout_before_send_is_transient() -> None:
+    error = classify.from_stream_fault("first_token_timeout", request_sent=False)
+    assert (error.kind, error.request_sent) == ("transient", False)
+
+
+@pytest.mark.parametrize(
+    ("payload", "kind", "status"),
+    [
+        ({"error": {"message": "overloaded", "code": 503}}, "transient", 503),
+        ({"error": {"message": "bad", "type": "BadRequestError", "code": 400}}, "permanent", 400),
+        ({"error": {"message": "slow down", "code": "rate_limit_exceeded"}}, "rate_limited", None),
+        ({"error": {"message": "?"}}, "transient", None),
+        ({"object": "error", "message": "old vLLM", "code": 500}, "transient", 500),
+        ({"error": "plain text"}, "transient", None),
+    ],
+)
+def test_error_inside_the_stream(
+    payload: dict[str, object], kind: ErrorKind, status: int | None
+) -> None:
+    error = classify.from_error_object(payload)
+    assert (error.kind, error.status_code, error.request_sent) == (kind, status, True)
