@@ -34,6 +34,17 @@ RETRYABLE = (
     asyncpg.ConnectionDoesNotExistError,
 )
 
+# Errors that mean "the connection to PostgreSQL went away" (server restart, network loss, admin
+# shutdown) as opposed to a bug in a statement: work in progress may retry these, and the
+# listener reconnects on them. InterfaceError covers using a connection that has since closed.
+DISCONNECTS = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.InterfaceError,
+)
+
 
 def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
@@ -47,9 +58,15 @@ async def init_connection(conn: asyncpg.Connection) -> None:
         )
 
 
-async def connect(url: str, *, timeout_s: float = 10) -> asyncpg.Connection:
-    """One connection of its own (LISTEN needs one that the pool never hands out)."""
-    conn = await asyncpg.connect(url, timeout=timeout_s)
+async def connect(
+    url: str, *, timeout_s: float = 10, application_name: str | None = None
+) -> asyncpg.Connection:
+    """One connection of its own (LISTEN needs one that the pool never hands out).
+
+    `application_name` shows in pg_stat_activity, so an operator can tell the listener apart.
+    """
+    server_settings = {"application_name": application_name} if application_name else None
+    conn = await asyncpg.connect(url, timeout=timeout_s, server_settings=server_settings)
     await init_connection(conn)
     return conn
 
