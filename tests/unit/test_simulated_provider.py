@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from jobstream.errors import ProviderError
+from jobstream.usage import Usage
+from worker.providers.base import ProviderRequest, StreamItem, TextDelta
+from worker.providers.simulated import SimulatedProvider, expected_text
+
+
+class RecordedSleeps:
+    """Stands in for asyncio.sleep: remembers each pause instead of waiting it out."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+
+
+def request(
+    simulate: dict[str, Any], *, attempt: int = 1, max_tokens: int = 512
+) -> ProviderRequest:
+    return ProviderRequest(
+        prompt="alpha beta gamma",
+        model=None,
+        max_tokens=max_tokens,
+        attempt=attempt,
+        simulate=simulate,
+    )
+
+
+async def collect(provider: SimulatedProvider, req: ProviderRequest) -> list[StreamItem]:
+    return [item async for item in provider.stream(req)]
+
+
+def text_of(items: list[StreamItem]) -> str:
+    return "".join(i.text for i in items if isinstance(i, TextDelta))
+
+
+async def test_words_pattern_cycles_the_prompt_and_ends_with_usage() -> None:
+    items = await collect(SimulatedProvider(), request({"tokens": 5, "tokens_per_second": 0}))
+    assert text_of(items) == "alpha beta gamma alpha beta "
+    assert items[-1] == Usage(
+        input_tokens=3, output_tokens=5, cost_usd=Decimal("0.000010"), cost_known=True
+    )
+
+
+async def test_count_pattern_numbers_each_token_from_zero() -> None:
+    req = request({"tokens": 4, "pattern": "count", "tokens_per_second": 0})
+    items = await collect(SimulatedProvider(), req)
+    assert [i.text for i in items if isinstance(i, TextDelta)] == ["0 ", "1 ", "2 ", "3 "]
+    assert text_of(items) == expected_text("ignored", 4, "count")
+
+
+async def test_tokens_default_to_max_tokens_and_never_exceed_it() -> None:
+    provider = SimulatedProvider(sleep=RecordedSleeps())
+    by_default = await collect(provider, request({}, max_tokens=7))
+    capped = await collect(provider, request({"tokens": 100}, max_tokens=3))
+    assert sum(isinstance(i, TextDelta) for i in by_default) == 7
+    assert sum(isinstance(i, TextDelta) for i in capped) == 3
+
+
+async def test_rate_and_first_token_delay_set_the_pauses() -> None:
+    sleeps = RecordedSleeps()
+    simulate = {"tokens": 3, "tokens_per_second": 4, "first_token_delay_s": 0.5}
+    await collect(SimulatedProvider(sleep=sleeps), request(simulate))
+    assert sleeps.calls == [0.5, 0.25, 0.25]
+
+
+async def test_output_is_deterministic() -> None:
+    simulate = {"tokens": 20, "tokens_per_second": 0}
+    first = await collect(SimulatedProvider(), request(simulate))
+    second = await collect(SimulatedProvider(), request(simulate))
+    assert first == second
+    assert text_of(first) == expected_text("alpha beta gamma", 20)
+
+
+@pytest.mark.parametrize(
+    ("kind", "error_kind", "status"),
+    [
+        ("transient", "transient", 500),
+        ("rate_limited", "rate_limited", 429),
+        ("permanent", "permanent", 400),
+        ("drop", "unknown", None),
+    ],
+)
+async def test_a_fault_fails_its_attempt_after_the_given_tokens(
+    kind: str, error_kind: str, status: int | None
+) -> None:
+    fault = {"attempt": 2, "after_tokens": 3, "kind": kind}
+    simulate = {"tokens": 10, "tokens_per_second": 0, "faults": [fault]}
+    received: list[StreamItem] = []
+    with pytest.raises(ProviderError) as caught:
+        async for item in SimulatedProvider().stream(request(simulate, attempt=2)):
+            received.append(item)
+    assert caught.value.kind == error_kind
+    assert caught.value.status_code == status
+    assert text_of(received) == "alpha beta gamma "
+    # Other attempts are unaffected.
+    clean = await collect(SimulatedProvider(), request(simulate, attempt=1))
+    assert isinstance(clean[-1], Usage)
+
+
+async def test_rate_limited_carries_retry_after_default_one_second() -> None:
+    for fault, expected in [
+        ({"attempt": 1, "after_tokens": 0, "kind": "rate_limited"}, 1.0),
+        ({"attempt": 1, "after_tokens": 0, "kind": "rate_limited", "retry_after_s": 7}, 7.0),
+    ]:
+        with pytest.raises(ProviderError) as caught:
+            await collect(SimulatedProvider(), request({"faults": [fault], "tokens": 1}))
+        assert caught.value.retry_after_s == expected
+
+
+async def test_a_fault_past_the_last_token_breaks_the_stream_before_its_usage() -> None:
+    fault = {"attempt": 1, "after_tokens": 99, "kind": "drop"}
+    received: list[StreamItem] = []
+    with pytest.raises(ProviderError):
+        async for item in SimulatedProvider().stream(
+            request({"tokens": 2, "tokens_per_second": 0, "faults": [fault]})
+        ):
+            received.append(item)
+    assert received == [TextDelta("alpha "), TextDelta("beta ")]
+
+
+async def test_timeout_fault_hangs_until_the_consumer_times_out() -> None:
+    fault = {"attempt": 1, "after_tokens": 1, "kind": "timeout"}
+    simulate = {"tokens": 5, "tokens_per_second": 0, "first_token_delay_s": 0, "faults": [fault]}
+    received: list[StreamItem] = []
+    # The runner meets a hang the same way: its per-attempt timeout cancels the stream.
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            async for item in SimulatedProvider().stream(request(simulate)):
+                received.append(item)
+    assert received == [TextDelta("alpha ")]
+
+
+@pytest.mark.parametrize(
+    "simulate",
+    [
+        {"tokens": -1},
+        {"tokens": 1.5},
+        {"tokens": True},
+        {"pattern": "poems"},
+        {"faults": [{"kind": "meteor"}]},
+        {"faults": "transient"},
+        {"cost_per_token": "cheap"},
+    ],
+)
+async def test_invalid_simulation_is_a_permanent_error(simulate: dict[str, Any]) -> None:
+    with pytest.raises(ProviderError) as caught:
+        await collect(SimulatedProvider(), request(simulate))
+    assert caught.value.kind == "permanent"
+    assert caught.value.status_code == 400
+
+
+def test_estimate_cost_uses_the_jobs_price() -> None:
+    provider = SimulatedProvider()
+    assert provider.estimate_cost(request({}), 10) == Decimal("0.000020")
+    assert provider.estimate_cost(request({"cost_per_token": 0.5}), 3) == Decimal("1.5")

@@ -1,0 +1,56 @@
+"""Coalescing of token deltas into flushes: every `interval_s` or `max_bytes`, whichever first.
+
+A provider emits a delta per token; writing each one would be a transaction and a NOTIFY per
+token (DESIGN.md §5). The coalescer only decides *when* to flush and *what*; the attempt runner
+does the writing. Time is passed in, so the policy is tested without a clock.
+"""
+
+from __future__ import annotations
+
+
+class Coalescer:
+    def __init__(self, *, interval_s: float, max_bytes: int) -> None:
+        self._interval_s = interval_s
+        self._max_bytes = max_bytes
+        self._pending: list[str] = []
+        self._pending_bytes = 0
+        self._due_at: float | None = None
+        self._output: list[str] = []
+        self.deltas = 0  # deltas received: our count of output tokens
+
+    def add(self, text: str, now: float) -> bool:
+        """Take a delta; True when enough bytes are pending to flush at once."""
+        self.deltas += 1
+        self._output.append(text)
+        if not text:
+            return False
+        self._pending.append(text)
+        self._pending_bytes += len(text.encode())
+        if self._due_at is None:
+            self._due_at = now + self._interval_s
+        return self._pending_bytes >= self._max_bytes
+
+    @property
+    def due_at(self) -> float | None:
+        """When the oldest pending delta has waited long enough; None when nothing is pending."""
+        return self._due_at
+
+    def take(self) -> str:
+        """The pending text as one chunk (one `token` event), now counted as flushed."""
+        chunk = "".join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._due_at = None
+        return chunk
+
+    def put_back(self, chunk: str, now: float) -> None:
+        """A flush failed (the database is away): keep its text first in line, retry later."""
+        if chunk:
+            self._pending.insert(0, chunk)
+            self._pending_bytes += len(chunk.encode())
+            self._due_at = now + self._interval_s
+
+    @property
+    def output(self) -> str:
+        """Everything this attempt produced so far, flushed or not."""
+        return "".join(self._output)

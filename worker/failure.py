@@ -1,0 +1,36 @@
+"""A failed attempt, described the one way the runner records it, whatever raised."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from jobstream.errors import ProviderError
+from jobstream.types import ErrorKind
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: ErrorKind  # decides retry or not
+    error_class: str  # what clients and operators see in `error.class`
+    message: str
+    retry_after_s: float | None = None
+
+    @classmethod
+    def from_provider(cls, exc: ProviderError) -> Failure:
+        return cls(exc.kind, exc.error_class, exc.message, exc.retry_after_s)
+
+    @classmethod
+    def timed_out(cls, timeout_s: float) -> Failure:
+        # After the request went out, silence says nothing about whether the provider did the
+        # work: the outcome is unknown.
+        return cls("unknown", "timeout", f"no complete answer within the {timeout_s:g} s limit")
+
+    @classmethod
+    def internal(cls, exc: BaseException) -> Failure:
+        # A bug of ours, not the provider's verdict: retried like a transient fault, labelled
+        # so that nobody mistakes it for a provider outage.
+        return cls("transient", "internal", f"{type(exc).__name__}: {exc}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"class": self.error_class, "message": self.message}

@@ -1,0 +1,192 @@
+"""The simulated provider: deterministic tokens at a set rate, with injectable faults.
+
+It is the default for `make run` and the tests, so it must behave like a real provider where it
+matters to the runner: output arrives over time, a failure can happen mid-stream, a hang lasts
+until the attempt's timeout, and cancelling the consumer stops the generation. The job's
+`simulate` object (API.md, "The simulated provider") drives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final, Literal, TypeVar, cast, get_args
+
+from jobstream.errors import ProviderError
+from jobstream.usage import Usage
+from worker.providers.base import ProviderRequest, StreamItem, TextDelta
+
+FaultKind = Literal["transient", "rate_limited", "permanent", "timeout", "drop"]
+Pattern = Literal["words", "count"]
+
+DEFAULT_COST_PER_TOKEN: Final = Decimal("0.000002")
+Num = TypeVar("Num", int, float)
+
+# Used by the "words" pattern when the prompt has no words of its own.
+FALLBACK_WORDS: Final = ("lorem", "ipsum", "dolor", "sit", "amet")
+
+
+class InvalidSimulation(ValueError):
+    """The job's `simulate` object is malformed."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    attempt: int
+    after_tokens: int
+    kind: FaultKind
+    retry_after_s: float
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """A job's `simulate` object, parsed and checked."""
+
+    tokens_per_second: float
+    tokens: int
+    pattern: Pattern
+    first_token_delay_s: float
+    faults: tuple[Fault, ...]
+    cost_per_token: Decimal
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], max_tokens: int) -> Simulation:
+        # Capped at max_tokens: that is the job's output limit, and no real provider exceeds it.
+        tokens = min(_number(raw, "tokens", max_tokens, int), max_tokens)
+        pattern = raw.get("pattern", "words")
+        if pattern not in get_args(Pattern):
+            raise InvalidSimulation(f"simulate.pattern must be 'words' or 'count', not {pattern!r}")
+        faults = raw.get("faults", [])
+        if not isinstance(faults, list):
+            raise InvalidSimulation("simulate.faults must be a list")
+        try:
+            cost = Decimal(str(raw.get("cost_per_token", DEFAULT_COST_PER_TOKEN)))
+        except InvalidOperation as exc:
+            raise InvalidSimulation("simulate.cost_per_token must be a number") from exc
+        if not cost.is_finite() or cost < 0:
+            raise InvalidSimulation("simulate.cost_per_token must be a non-negative number")
+        return cls(
+            tokens_per_second=_number(raw, "tokens_per_second", 40.0, float),
+            tokens=tokens,
+            pattern=pattern,
+            first_token_delay_s=_number(raw, "first_token_delay_s", 0.2, float),
+            faults=tuple(_fault(f) for f in faults),
+            cost_per_token=cost,
+        )
+
+    def fault_for(self, attempt: int) -> Fault | None:
+        """The first fault listed for this attempt, if any."""
+        return next((f for f in self.faults if f.attempt == attempt), None)
+
+
+def _number(raw: Mapping[str, Any], key: str, default: Num, kind: type[Num]) -> Num:
+    value = raw.get(key, default)
+    # bool is an int to Python, but `"tokens": true` is a mistake, not a count.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidSimulation(f"simulate.{key} must be a number")
+    if kind is int and value != int(value):
+        raise InvalidSimulation(f"simulate.{key} must be a whole number")
+    if value < 0:
+        raise InvalidSimulation(f"simulate.{key} must not be negative")
+    return kind(value)
+
+
+def _fault(raw: Any) -> Fault:
+    if not isinstance(raw, Mapping):
+        raise InvalidSimulation("each simulate.faults entry must be an object")
+    kind = raw.get("kind")
+    if kind not in get_args(FaultKind):
+        raise InvalidSimulation(f"unknown fault kind {kind!r}")
+    return Fault(
+        attempt=_number(raw, "attempt", 1, int),
+        after_tokens=_number(raw, "after_tokens", 0, int),
+        kind=cast(FaultKind, kind),  # checked just above
+        retry_after_s=_number(raw, "retry_after_s", 1.0, float),
+    )
+
+
+def token_text(prompt: str, pattern: Pattern, index: int) -> str:
+    """The index-th token (from 0). "count" makes gaps and duplicates visible in the output."""
+    if pattern == "count":
+        return f"{index} "
+    words = prompt.split() or list(FALLBACK_WORDS)
+    return f"{words[index % len(words)]} "
+
+
+def expected_text(prompt: str, tokens: int, pattern: Pattern = "words") -> str:
+    """The whole output of a successful attempt producing `tokens` tokens."""
+    return "".join(token_text(prompt, pattern, i) for i in range(tokens))
+
+
+def _fault_error(fault: Fault, produced: int) -> ProviderError:
+    where = f"after {produced} tokens"
+    match fault.kind:
+        case "transient":
+            return ProviderError("transient", f"simulated HTTP 500 {where}", status_code=500)
+        case "rate_limited":
+            return ProviderError(
+                "rate_limited",
+                f"simulated HTTP 429 {where}",
+                status_code=429,
+                retry_after_s=fault.retry_after_s,
+            )
+        case "permanent":
+            return ProviderError("permanent", f"simulated HTTP 400 {where}", status_code=400)
+        case "drop":
+            return ProviderError("unknown", f"simulated connection lost mid-stream {where}")
+        case "timeout":
+            raise AssertionError("a timeout fault hangs (see stream); it raises nothing")
+
+
+class SimulatedProvider:
+    """Deterministic: the same request always yields the same items (timing aside)."""
+
+    name = "simulated"
+
+    def __init__(self, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        # Injected so unit tests can count the pauses instead of sitting through them.
+        self._sleep = sleep
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamItem]:
+        try:
+            sim = Simulation.parse(request.simulate, request.max_tokens)
+        except InvalidSimulation as exc:
+            # What a real API answers to a malformed request: a 400, not worth a retry.
+            raise ProviderError("permanent", str(exc), status_code=400, request_sent=True) from exc
+        fault = sim.fault_for(request.attempt)
+        await self._pause(sim.first_token_delay_s)
+        # A fault past the last token fires after all of them, before the usage: the stream
+        # broke before its end marker.
+        fault_at = min(fault.after_tokens, sim.tokens) if fault else None
+        interval = 1 / sim.tokens_per_second if sim.tokens_per_second > 0 else 0.0
+        for index in range(sim.tokens + 1):
+            if index == fault_at and fault is not None:
+                if fault.kind == "timeout":
+                    # Hang like a provider that stopped answering: only cancellation (the
+                    # runner's per-attempt timeout, or a cancel) ends this.
+                    await asyncio.get_running_loop().create_future()
+                raise _fault_error(fault, index)
+            if index == sim.tokens:
+                break
+            if index > 0:
+                await self._pause(interval)
+            yield TextDelta(token_text(request.prompt, sim.pattern, index))
+        yield Usage(
+            input_tokens=len(request.prompt.split()),
+            output_tokens=sim.tokens,
+            cost_usd=sim.cost_per_token * sim.tokens,
+            cost_known=True,
+        )
+
+    async def _pause(self, seconds: float) -> None:
+        # At 0 tokens/s still yield to the loop, so that a cancel can land between tokens.
+        await (self._sleep(seconds) if seconds > 0 else asyncio.sleep(0))
+
+    def estimate_cost(self, request: ProviderRequest, output_tokens: int) -> Decimal:
+        try:
+            price = Simulation.parse(request.simulate, request.max_tokens).cost_per_token
+        except InvalidSimulation:
+            price = DEFAULT_COST_PER_TOKEN
+        return price * output_tokens
