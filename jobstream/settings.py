@@ -115,6 +115,13 @@ class Settings:
         "Seconds between the hub's re-reads that catch any lost NOTIFY.",
         minimum=0.05,
     )
+    hub_probe_s: float = _setting(
+        "JOBSTREAM_HUB_PROBE_S",
+        10.0,
+        "Seconds between liveness probes of the LISTEN connection; an unanswered probe (same "
+        "limit) reconnects it.",
+        minimum=0.05,
+    )
     subscriber_buffer: int = _setting(
         "JOBSTREAM_SUBSCRIBER_BUFFER",
         1024,
