@@ -1,0 +1,127 @@
+// The new-job form: builds the request body, submits it idempotently, shows problem+json errors
+// next to the fields they name.
+
+import { ApiError, newKey, request } from "./api.js";
+
+export class NewJobForm {
+  constructor(form, onCreated) {
+    this.form = form;
+    this.onCreated = onCreated;
+    this.summary = form.querySelector("#form-error");
+    this.note = form.querySelector("#submit-note");
+    this.button = form.querySelector("#submit");
+    this.simulate = form.querySelector("#simulate");
+    // A retried submission of the same body reuses its key: a lost reply never makes two jobs.
+    this.pending = null;
+    form.elements.provider.addEventListener("change", () => this.syncProvider());
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      this.submit();
+    });
+    this.syncProvider();
+  }
+
+  syncProvider() {
+    const simulated = this.form.elements.provider.value === "simulated";
+    this.simulate.disabled = !simulated;
+    this.simulate.classList.toggle("off", !simulated);
+  }
+
+  body() {
+    const f = this.form.elements;
+    const int = (input) => Number.parseInt(input.value, 10);
+    const body = {
+      prompt: f.prompt.value,
+      provider: f.provider.value,
+      max_tokens: int(f.max_tokens),
+      max_attempts: int(f.max_attempts),
+      retry_unknown: f.retry_unknown.checked,
+    };
+    if (f.model.value.trim()) body.model = f.model.value.trim();
+    if (body.provider === "simulated") {
+      const simulate = { tokens_per_second: Number(f.tokens_per_second.value || 0), pattern: f.pattern.value };
+      if (f.tokens.value !== "") simulate.tokens = int(f.tokens);
+      if (f.fault_kind.value) {
+        simulate.faults = [{
+          attempt: int(f.fault_attempt) || 1,
+          after_tokens: int(f.fault_after) || 0,
+          kind: f.fault_kind.value,
+        }];
+      }
+      body.simulate = simulate;
+    }
+    return body;
+  }
+
+  async submit() {
+    this.clearErrors();
+    const body = this.body();
+    const json = JSON.stringify(body);
+    if (!this.pending || this.pending.json !== json) this.pending = { json, key: newKey() };
+    this.button.disabled = true;
+    this.note.textContent = "Submitting…";
+    try {
+      const { data } = await request("/api/jobs", {
+        method: "POST", body, headers: { "Idempotency-Key": this.pending.key },
+      });
+      this.pending = null;
+      this.note.textContent = "";
+      this.onCreated(data, body.prompt);
+    } catch (err) {
+      this.note.textContent = "";
+      this.showErrors(err);
+    } finally {
+      this.button.disabled = false;
+    }
+  }
+
+  clearErrors() {
+    this.summary.hidden = true;
+    this.summary.replaceChildren();
+    for (const el of this.form.querySelectorAll(".field-error")) el.remove();
+    for (const el of this.form.querySelectorAll("[aria-invalid]")) {
+      el.removeAttribute("aria-invalid");
+      el.removeAttribute("aria-describedby");
+    }
+  }
+
+  showErrors(err) {
+    const title = document.createElement("p");
+    const problem = err instanceof ApiError ? err.problem : {};
+    title.textContent = err instanceof ApiError
+      ? `${problem.title || "The server refused the job"}${problem.detail ? `: ${problem.detail}` : ""}`
+      : "The server could not be reached. Your job was not created; try again.";
+    this.summary.replaceChildren(title);
+    const list = document.createElement("ul");
+    let first = null;
+    for (const { field, message } of problem.errors || []) {
+      const input = this.inputFor(field);
+      const item = document.createElement("li");
+      item.textContent = `${field}: ${message}`;
+      list.append(item);
+      if (!input) continue;
+      const id = `error-${input.id}`;
+      if (!document.getElementById(id)) {
+        const p = document.createElement("p");
+        p.className = "field-error";
+        p.id = id;
+        p.textContent = message;
+        input.closest(".field").append(p);
+        input.setAttribute("aria-invalid", "true");
+        input.setAttribute("aria-describedby", id);
+      }
+      first = first || input;
+    }
+    if (list.children.length) this.summary.append(list);
+    this.summary.hidden = false;
+    (first || this.summary).focus?.();
+  }
+
+  // "simulate.faults[0].kind" belongs to the input marked data-field="simulate.faults".
+  inputFor(field) {
+    const fields = [...this.form.querySelectorAll("[data-field]")];
+    return fields.find((el) => el.dataset.field === field)
+      || fields.find((el) => field.startsWith(el.dataset.field))
+      || null;
+  }
+}

@@ -1,0 +1,338 @@
+// The job view at /jobs/{id}: renders what the JobFollower reports, and the cancel button.
+
+import { ApiError, TERMINAL, formatCost, formatTime, getJob, request } from "./api.js";
+import { JobFollower } from "./stream.js";
+
+// Screen readers get the new text in batches at this pace, not one announcement per token.
+const ANNOUNCE_MS = 4000;
+const ANNOUNCE_MAX_CHARS = 600;
+const DETAILS_MIN_GAP_MS = 1000;
+const CANCELLABLE = new Set(["queued", "running"]);
+
+const CONNECTION_TEXT = {
+  idle: "",
+  connecting: "connecting…",
+  live: "live",
+  reconnecting: "reconnecting…",
+  polling: "polling",
+  "polling-retry": "polling: server unreachable, retrying…",
+  closed: "",
+};
+
+const byId = (id) => document.getElementById(id);
+
+export class JobView {
+  constructor(recent) {
+    this.recent = recent;
+    this.el = {
+      id: byId("job-id"), status: byId("job-status"), connection: byId("connection"),
+      prompt: byId("job-prompt"), missing: byId("job-missing"), error: byId("job-error"),
+      notes: byId("notes"), output: byId("output"), placeholder: byId("output-placeholder"),
+      attempt: byId("output-attempt"), announcer: byId("announcer"), cancel: byId("cancel"),
+      copy: byId("copy-link"), actionNote: byId("action-note"), attempts: byId("fact-attempts"),
+      provider: byId("fact-provider"), tokens: byId("fact-tokens"), cost: byId("fact-cost"),
+      created: byId("fact-created"), seq: byId("fact-seq"), history: byId("history"),
+      historyRows: byId("history-rows"),
+    };
+    // One text node, appended to: a long answer costs no re-layout of the whole string per token.
+    this.text = document.createTextNode("");
+    this.el.output.append(this.text);
+    this.el.cancel.addEventListener("click", () => this.cancel());
+    this.el.copy.addEventListener("click", () => this.copyLink());
+    this.follower = null;
+  }
+
+  open(jobId) {
+    this.close();
+    this.jobId = jobId;
+    this.job = null;
+    this.statusValue = "";
+    this.maxAttempts = null;
+    this.usageByAttempt = new Map();
+    this.failureNoted = new Set();
+    this.announced = 0;
+    this.pollingNoted = false;
+    this.detailsAt = 0;
+    this.detailsTimer = null;
+    this.el.id.textContent = jobId.slice(0, 8);
+    this.el.id.title = jobId;
+    const prompt = this.recent.promptOf(jobId);
+    this.el.prompt.textContent = prompt || "";
+    this.el.prompt.hidden = !prompt;
+    for (const key of ["missing", "error", "history"]) this.el[key].hidden = true;
+    this.el.notes.replaceChildren();
+    this.el.actionNote.textContent = "";
+    this.el.announcer.textContent = "";
+    this.setText("");
+    this.setStatus("");
+    this.renderFacts();
+    this.connection("idle");
+    this.announceTimer = setInterval(() => this.announce(), ANNOUNCE_MS);
+    this.follower = new JobFollower(this);
+    this.follower.follow(jobId);
+  }
+
+  close() {
+    if (this.follower) this.follower.stop();
+    this.follower = null;
+    clearInterval(this.announceTimer);
+    clearTimeout(this.detailsTimer);
+  }
+
+  // --- what the follower reports -------------------------------------------------------------
+
+  snapshot(job) {
+    this.job = job;
+    this.setText(job.output.text);
+    this.announced = this.text.length;
+    this.setStatus(job.status, { force: true });
+    this.renderDetails(job);
+    if (job.status === "failed" || job.status === "dead") this.showError(job.error);
+    this.el.attempt.textContent = job.output.attempt ? `attempt ${job.output.attempt}` : "";
+  }
+
+  append(chunk) {
+    const box = this.el.output;
+    const following = box.scrollHeight - box.scrollTop - box.clientHeight < 48;
+    this.text.appendData(chunk);
+    this.el.placeholder.hidden = true;
+    if (following) box.scrollTop = box.scrollHeight;
+  }
+
+  reset(evt) {
+    const discarded = this.text.length;
+    if (evt.attempt > 1 || discarded > 0) {
+      const why = evt.reason ? ` (${evt.reason})` : "";
+      this.note(
+        `Attempt ${evt.attempt} started${why}. The partial text of the earlier attempt` +
+          (discarded ? ` (${discarded} characters) was discarded.` : " was discarded."),
+        "reset",
+      );
+    }
+    this.setText("");
+    this.announced = 0;
+    this.el.attempt.textContent = `attempt ${evt.attempt}`;
+    this.el.attempts.textContent = this.attemptsText(evt.attempt);
+    this.scheduleDetails();
+  }
+
+  status(evt) {
+    this.setStatus(evt.status);
+    if (evt.error && !this.failureNoted.has(evt.attempt)) this.attemptError({ ...evt, ...evt.error });
+    if (evt.retry_at) this.note(`Attempt ${evt.attempt + 1} is scheduled for ${formatTime(evt.retry_at)}.`, "retry");
+    this.scheduleDetails();
+  }
+
+  // An attempt ended in error; `status` or `done` follows with what happens next.
+  attemptError(evt) {
+    this.failureNoted.add(evt.attempt);
+    const message = evt.message ? ` (${evt.message})` : "";
+    this.note(`Attempt ${evt.attempt} failed: ${evt.class}${message}.`, "retry");
+  }
+
+  usage(evt) {
+    this.usageByAttempt.set(evt.attempt, {
+      input: evt.input_tokens, output: evt.output_tokens, cost: evt.cost,
+    });
+    this.renderUsage();
+  }
+
+  done(evt) {
+    this.setStatus(evt.status, { force: true });
+    if (evt.status === "failed" || evt.status === "dead") this.showError(evt.error);
+    if (evt.status === "succeeded" && evt.result && typeof evt.result.text === "string"
+        && evt.result.text !== this.text.data) {
+      // Should never happen; if it does, say so rather than quietly swapping the text.
+      this.note("The streamed text differs from the final result; showing the result.", "mismatch");
+      this.setText(evt.result.text);
+    }
+    this.announce();
+    this.el.announcer.textContent += ` Job ${evt.status}.`;
+    this.scheduleDetails(true);
+  }
+
+  connection(state, detail) {
+    const el = this.el.connection;
+    el.dataset.state = state;
+    el.textContent = CONNECTION_TEXT[state] ?? state;
+    el.title = detail || "";
+    if (detail && state === "polling" && !this.pollingNoted) {
+      this.pollingNoted = true;
+      this.note(detail, "polling");
+    }
+  }
+
+  gone(err) {
+    const box = this.el.missing;
+    box.hidden = false;
+    box.textContent = err instanceof ApiError && err.status === 404
+      ? "There is no job with this id here. It may have been created against another database."
+      : `Could not load this job: ${err.message}`;
+    this.setStatus("");
+  }
+
+  seq(value) {
+    this.el.seq.textContent = `#${value}`;
+  }
+
+  // --- rendering -----------------------------------------------------------------------------
+
+  setText(value) {
+    this.text.data = value;
+    this.el.placeholder.hidden = value.length > 0 || TERMINAL.has(this.statusValue);
+  }
+
+  setStatus(status, { force = false } = {}) {
+    // A late reply (say, to the cancel request) must not walk a finished job back.
+    if (!force && TERMINAL.has(this.statusValue) && !TERMINAL.has(status)) return;
+    this.statusValue = status;
+    const el = this.el.status;
+    el.textContent = status;
+    el.dataset.status = status;
+    const cancel = this.el.cancel;
+    cancel.hidden = !(CANCELLABLE.has(status) || status === "cancelling");
+    cancel.disabled = status === "cancelling";
+    cancel.textContent = status === "cancelling" ? "Cancelling…" : "Cancel job";
+    if (TERMINAL.has(status)) this.el.placeholder.hidden = true;
+    if (status && this.jobId) this.recent.update(this.jobId, status);
+  }
+
+  note(message, kind) {
+    const li = document.createElement("li");
+    li.className = `note note-${kind}`;
+    li.dataset.kind = kind;
+    const time = document.createElement("time");
+    time.textContent = formatTime(new Date().toISOString());
+    li.append(time, " ", message);
+    this.el.notes.append(li);
+  }
+
+  showError(error) {
+    if (!error) return;
+    const box = this.el.error;
+    box.hidden = false;
+    const cls = document.createElement("strong");
+    cls.dataset.testid = "error-class";
+    cls.textContent = error.class;
+    box.replaceChildren("Failed: ", cls, error.message ? ` — ${error.message}` : "");
+  }
+
+  attemptsText(current) {
+    const max = this.maxAttempts ? ` of ${this.maxAttempts}` : "";
+    return current ? `${current}${max}` : `none yet${max ? ` (up to ${this.maxAttempts})` : ""}`;
+  }
+
+  renderFacts() {
+    for (const key of ["attempts", "provider", "tokens", "cost", "created", "seq"]) {
+      this.el[key].textContent = "–";
+    }
+  }
+
+  renderDetails(job) {
+    this.maxAttempts = job.max_attempts;
+    this.el.attempts.textContent = this.attemptsText(job.attempts);
+    this.el.provider.textContent = job.model ? `${job.provider} · ${job.model}` : job.provider;
+    this.el.created.textContent = formatTime(job.created_at);
+    this.seq(Math.max(job.last_seq, this.follower ? this.follower.lastSeq : 0));
+    const rows = job.attempt_history || [];
+    for (const a of rows) {
+      if (a.output_tokens !== null || a.cost !== null) {
+        this.usageByAttempt.set(a.attempt, { input: a.input_tokens, output: a.output_tokens, cost: a.cost });
+      }
+    }
+    this.renderUsage();
+    this.el.history.hidden = rows.length === 0;
+    this.el.historyRows.replaceChildren(...rows.map(historyRow));
+  }
+
+  renderUsage() {
+    let input = 0, output = 0, cost = 0, costKnown = false;
+    for (const u of this.usageByAttempt.values()) {
+      input += Number(u.input) || 0;
+      output += Number(u.output) || 0;
+      if (u.cost !== null && u.cost !== undefined) { cost += Number(u.cost) || 0; costKnown = true; }
+    }
+    if (this.usageByAttempt.size === 0) return;
+    const all = this.usageByAttempt.size > 1 ? " (all attempts)" : "";
+    this.el.tokens.textContent = `${input} / ${output}${all}`;
+    this.el.cost.textContent = costKnown ? formatCost(cost) : "unknown";
+  }
+
+  // Attempt history, usage and cost come from the job resource; fetch it at most once a second.
+  scheduleDetails(final = false) {
+    clearTimeout(this.detailsTimer);
+    const wait = final ? 0 : Math.max(0, this.detailsAt + DETAILS_MIN_GAP_MS - Date.now());
+    const jobId = this.jobId;
+    this.detailsTimer = setTimeout(async () => {
+      this.detailsAt = Date.now();
+      try {
+        const job = await getJob(jobId);
+        if (jobId === this.jobId) this.renderDetails(job);
+      } catch {
+        // The stream is what matters; details catch up on the next event.
+      }
+    }, wait);
+  }
+
+  announce() {
+    const text = this.text.data;
+    if (text.length <= this.announced) return;
+    let end = text.length;
+    if (!this.follower || !this.follower.finished) {
+      const space = text.lastIndexOf(" ");
+      if (space <= this.announced) return;
+      end = space;
+    }
+    let chunk = text.slice(this.announced, end);
+    if (chunk.length > ANNOUNCE_MAX_CHARS) chunk = `… ${chunk.slice(-ANNOUNCE_MAX_CHARS)}`;
+    this.el.announcer.textContent = chunk;
+    this.announced = end;
+  }
+
+  // --- actions -------------------------------------------------------------------------------
+
+  async cancel() {
+    const button = this.el.cancel;
+    button.disabled = true;
+    this.el.actionNote.textContent = "Asking the server to cancel…";
+    const url = (this.job && this.job.cancel_url) || `/api/jobs/${this.jobId}/cancel`;
+    try {
+      const { data } = await request(url, { method: "POST" });
+      this.setStatus(data.status);
+      this.el.actionNote.textContent = data.status === "cancelling"
+        ? "The worker is stopping this job."
+        : `The server says: ${data.status}.`;
+    } catch (err) {
+      button.disabled = false;
+      this.el.actionNote.textContent = `Cancel failed: ${err.message}`;
+    }
+  }
+
+  async copyLink() {
+    const url = location.href;
+    try {
+      await navigator.clipboard.writeText(url);
+      this.el.actionNote.textContent = "Link copied.";
+    } catch {
+      // No clipboard outside a secure context: show the link to copy by hand.
+      this.el.actionNote.textContent = url;
+    }
+  }
+}
+
+function historyRow(a) {
+  const tr = document.createElement("tr");
+  const took = a.started_at && a.finished_at
+    ? `${((new Date(a.finished_at) - new Date(a.started_at)) / 1000).toFixed(1)} s`
+    : "…";
+  const cells = [
+    a.attempt, a.outcome || "running", a.error ? a.error.class : "",
+    a.output_tokens ?? "", a.cost_known === false ? "unknown" : formatCost(a.cost), took,
+  ];
+  for (const value of cells) {
+    const td = document.createElement("td");
+    td.textContent = String(value);
+    tr.append(td);
+  }
+  return tr;
+}
