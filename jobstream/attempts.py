@@ -51,7 +51,7 @@ class LeaseState:
 def _reset_reason(job: asyncpg.Record) -> str:
     if job["attempts"] == 1:
         return "first attempt"
-    previous = job["error"] or {}
+    previous = job["previous_error"] or {}
     return f"retry after {previous.get('class', 'an interrupted attempt')}"
 
 

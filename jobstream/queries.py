@@ -144,7 +144,7 @@ WITH running AS (
      WHERE status IN ('running', 'cancelling')
      GROUP BY tenant_id
 ), candidate AS (
-    SELECT j.id
+    SELECT j.id, j.error AS previous_error
       FROM jobs j
       JOIN tenants t ON t.id = j.tenant_id
       LEFT JOIN running r ON r.tenant_id = j.tenant_id
@@ -165,7 +165,8 @@ WITH running AS (
            updated_at = {now}, error = NULL
       FROM candidate
      WHERE jobs.id = candidate.id
-    RETURNING jobs.*
+    -- The error is cleared above; the new attempt's `reset` event still names it as the reason.
+    RETURNING jobs.*, candidate.previous_error
 ), attempt AS (
     INSERT INTO job_attempts (job_id, attempt, run_token, worker_id, started_at, provider, model)
     SELECT id, attempts, run_token, worker_id, {now}, provider, payload->>'model' FROM claimed
