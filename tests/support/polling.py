@@ -1,0 +1,34 @@
+"""Waiting in tests: a bounded poll with a deadline, never a bare sleep."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]],
+    accept: Callable[[T], bool],
+    *,
+    what: str,
+    timeout_s: float = 10.0,
+    interval_s: float = 0.02,
+) -> T:
+    """Call `probe` until `accept` holds for its value; return that value.
+
+    Fails with `what` and the last value seen when the deadline passes.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = await probe()
+        if accept(value):
+            return value
+        if loop.time() >= deadline:
+            raise AssertionError(
+                f"timed out after {timeout_s} s waiting until {what}; last: {value!r}"
+            )
+        await asyncio.sleep(interval_s)

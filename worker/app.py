@@ -1,0 +1,65 @@
+"""The worker process: start-up (database, schema), signals, and the run until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import structlog
+
+from jobstream import db
+from jobstream.settings import Settings
+from worker.worker import Worker
+
+log = structlog.get_logger(__name__)
+
+
+def create_worker(settings: Settings) -> Worker:
+    """The production worker: database clock, system randomness, providers from settings."""
+    return Worker(settings)
+
+
+async def prepare_database(url: str, timeout_s: float) -> None:
+    """Wait for PostgreSQL (one log line per try) and apply the schema (idempotent)."""
+    await db.wait_for_database(url, timeout_s)
+    conn = await db.connect(url)
+    try:
+        await db.apply_schema(conn)
+    finally:
+        await conn.close()
+
+
+async def serve(settings: Settings) -> None:
+    """Run a worker until SIGTERM or SIGINT, then shut it down gracefully.
+
+    Raises DatabaseUnavailable when PostgreSQL never answered within db_connect_timeout_s.
+    """
+    assert settings.database_url is not None  # checked by the caller, with a clear message
+    worker = create_worker(settings)
+    stop_requested = asyncio.Event()
+
+    def on_signal(signum: signal.Signals) -> None:
+        log.info("signal_received", signal=signum.name)
+        stop_requested.set()
+        worker.stop()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+
+    # A signal while the database is still being waited for ends the process at once: there is
+    # nothing to hand back yet.
+    starting = asyncio.create_task(
+        prepare_database(settings.database_url, settings.db_connect_timeout_s),
+        name="prepare-database",
+    )
+    stopping = asyncio.create_task(stop_requested.wait(), name="stop-requested")
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not starting.done():
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        log.info("stopped_before_start")
+        return
+    starting.result()  # DatabaseUnavailable, if it came to that
+    await worker.run()

@@ -1,0 +1,367 @@
+"""One attempt at a job: stream from the provider, persist the tokens, settle the outcome.
+
+Three tasks feed one inbox: the provider pump (deltas, then the end or the failure), the lease
+keeper (a cancel request, or the lease lost) and the worker (shutdown). The runner's loop is the
+only writer: it coalesces deltas into flushes and, at the first ending, stops the others and
+records exactly one outcome, flushing first so that the log holds every token before the status
+changes (DESIGN.md §5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from typing import Literal, TypeVar
+
+import asyncpg
+import structlog
+
+from jobstream import attempts, db, pauses
+from jobstream.attempts import Claimed
+from jobstream.clock import Clock
+from jobstream.errors import Fenced, ProviderError
+from jobstream.settings import Settings
+from jobstream.usage import Usage
+from worker import retry
+from worker.coalescer import Coalescer
+from worker.failure import Failure
+from worker.inbox import (
+    CancelRequested,
+    Ending,
+    Inbox,
+    Interrupted,
+    LeaseLost,
+    StreamEnded,
+    StreamFailed,
+)
+from worker.lease import LeaseKeeper
+from worker.providers.base import Provider, ProviderRequest, TextDelta
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+# What became of the attempt, from this worker's point of view.
+AttemptResult = Literal[
+    "succeeded",
+    "retry",  # failed; the job is queued for another attempt
+    "failed",
+    "dead",
+    "cancelled",
+    "interrupted",  # handed back at shutdown
+    "fenced",  # another attempt, a cancel or the reaper owned the job: nothing recorded
+    "abandoned",  # the database stayed away past the lease: the reaper will settle the job
+]
+
+_RESULT_OF_ACTION: dict[attempts.FailureAction, AttemptResult] = {
+    "retry": "retry",
+    "fail": "failed",
+    "dead": "dead",
+}
+
+
+class LeaseExpired(Exception):
+    """A write could not reach the database before the lease ran out."""
+
+
+class AttemptRunner:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        held: Claimed,
+        provider: Provider,
+        settings: Settings,
+        *,
+        clock: Clock,
+        rng: random.Random,
+        claimed_at: float,
+    ) -> None:
+        self.held = held
+        self._pool = pool
+        self._provider = provider
+        self._settings = settings
+        self._clock = clock
+        self._rng = rng
+        self._inbox: Inbox = asyncio.Queue()
+        self._coalescer = Coalescer(
+            interval_s=settings.flush_interval_s, max_bytes=settings.flush_bytes
+        )
+        self._lease = LeaseKeeper(
+            pool, held, self._inbox, lease_s=settings.lease_s, clock=clock, claimed_at=claimed_at
+        )
+        spec = held.spec
+        self._request = ProviderRequest(
+            prompt=spec.prompt,
+            model=spec.model,
+            max_tokens=spec.max_tokens,
+            attempt=held.attempt,
+            simulate=spec.simulate,
+        )
+        self._usage: Usage | None = None  # the provider's own, once it sends it
+        self._provider_stopped = False  # we cancelled the stream and it closed cleanly
+        # The outcome write, shielded from cancellation; kept so that a worker that had to
+        # cancel this runner can still wait for the write to land.
+        self.settling: asyncio.Task[AttemptResult] | None = None
+
+    # --- signals from the worker ---
+
+    def check_job(self) -> None:
+        """Look at the job row now (a cancel NOTIFY arrived): renew the lease at once."""
+        self._lease.check_now()
+
+    def interrupt(self) -> None:
+        """Stop and hand the job back to the queue (graceful shutdown)."""
+        self._inbox.put_nowait(Interrupted())
+
+    # --- the attempt ---
+
+    async def run(self) -> AttemptResult:
+        held = self.held
+        with structlog.contextvars.bound_contextvars(
+            job_id=str(held.job_id), attempt=held.attempt, run_token=str(held.run_token)
+        ):
+            log.info("attempt_started", provider=held.provider, model=held.spec.model)
+            try:
+                ending = await self._consume()
+            except Exception as exc:
+                # A bug of ours between stream and database: retried like a transient fault.
+                log.exception("attempt_loop_crashed")
+                ending = StreamFailed(Failure.internal(exc))
+            except asyncio.CancelledError:
+                # A hard stop (the worker's hand-back window is over, or the loop is closing):
+                # still hand the job back rather than leave it to lease expiry.
+                await self._settle_shielded(Interrupted())
+                raise
+            result = await self._settle_shielded(ending)
+            log.info("attempt_finished", result=result, output_tokens=self._coalescer.deltas)
+            return result
+
+    async def _consume(self) -> Ending:
+        """Run the stream and the lease until the first ending; flush deltas on the way."""
+        loop = asyncio.get_running_loop()
+        name = f"{self.held.job_id}:{self.held.attempt}"
+        pump = asyncio.create_task(self._pump(), name=f"provider-stream:{name}")
+        lease = asyncio.create_task(self._lease.run(), name=f"lease:{name}")
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout_at(self._coalescer.due_at):
+                        message = await self._inbox.get()
+                except TimeoutError:
+                    message = None  # the oldest pending delta waited long enough
+                if isinstance(message, TextDelta):
+                    if not self._coalescer.add(message.text, loop.time()):
+                        continue
+                elif message is not None:
+                    return message
+                try:
+                    await self._flush()
+                except Fenced:
+                    return LeaseLost("a token write was refused: the job moved on")
+        finally:
+            await self._stop(pump, lease)
+
+    async def _pump(self) -> None:
+        """Move the provider's stream into the inbox; its end or failure is the last message."""
+        timeout_s = self.held.spec.timeout_s
+        stream = self._provider.stream(self._request)
+        ending: Ending = StreamEnded()
+        try:
+            async with asyncio.timeout(timeout_s):
+                async for item in stream:
+                    if isinstance(item, Usage):
+                        self._usage = item
+                    else:
+                        self._inbox.put_nowait(item)
+        except ProviderError as exc:
+            ending = StreamFailed(Failure.from_provider(exc))
+        except TimeoutError:
+            ending = StreamFailed(Failure.timed_out(timeout_s))
+        except Exception as exc:
+            log.exception("provider_stream_crashed")
+            ending = StreamFailed(Failure.internal(exc))
+        finally:
+            await _close(stream)
+        # Always posted (unless we were cancelled): the runner's loop waits for it.
+        self._inbox.put_nowait(ending)
+
+    async def _stop(self, pump: asyncio.Task[None], lease: asyncio.Task[None]) -> None:
+        stream_running = not pump.done()
+        for task in (pump, lease):
+            task.cancel()
+        outcomes = await asyncio.gather(pump, lease, return_exceptions=True)
+        # A cancelled stream that closed without another error: the provider stopped for us.
+        self._provider_stopped = stream_running and isinstance(outcomes[0], asyncio.CancelledError)
+
+    async def _flush(self) -> None:
+        """Write pending deltas as one `token` event; on a lost connection keep them for later."""
+        chunk = self._coalescer.take()
+        if not chunk:
+            return
+        try:
+            await attempts.append_tokens(self._pool, self.held, [chunk])
+        except db.DISCONNECTS as exc:
+            log.warning("token_flush_failed", error=str(exc) or type(exc).__name__)
+            self._coalescer.put_back(chunk, asyncio.get_running_loop().time())
+
+    # --- settling the outcome ---
+
+    async def _settle_shielded(self, ending: Ending) -> AttemptResult:
+        # The outcome is one transaction that a second cancel must not cut in half; the task
+        # finishes even if this await is abandoned.
+        self.settling = asyncio.create_task(
+            self._settle(ending), name=f"settle:{self.held.job_id}:{self.held.attempt}"
+        )
+        return await asyncio.shield(self.settling)
+
+    async def _settle(self, ending: Ending) -> AttemptResult:
+        if isinstance(ending, LeaseLost):
+            log.info("attempt_fenced", reason=ending.reason)
+            return "fenced"
+        try:
+            try:
+                chunk = self._coalescer.take()
+                if chunk:
+                    await self._persist(
+                        lambda: attempts.append_tokens(self._pool, self.held, [chunk])
+                    )
+                return await self._record(ending)
+            except Fenced:
+                if isinstance(ending, CancelRequested):
+                    raise
+                # Refused. If the job is `cancelling` under our token, the cancel wins (a
+                # cancelled job never turns succeeded); if not, this is refused too.
+                return await self._confirm_cancel()
+        except Fenced as exc:
+            log.info("attempt_fenced", reason=str(exc))
+            return "fenced"
+        except LeaseExpired as exc:
+            log.warning("attempt_abandoned", reason=str(exc))
+            return "abandoned"
+
+    async def _record(
+        self, ending: StreamEnded | StreamFailed | CancelRequested | Interrupted
+    ) -> AttemptResult:
+        match ending:
+            case StreamEnded():
+                return await self._succeed()
+            case StreamFailed(failure=failure):
+                return await self._fail(failure)
+            case CancelRequested():
+                return await self._confirm_cancel()
+            case Interrupted():
+                return await self._hand_back()
+
+    async def _succeed(self) -> AttemptResult:
+        usage = self._usage or self._estimated_usage(cost_known=False)
+        text = self._coalescer.output
+        await self._persist(
+            lambda: attempts.succeed(self._pool, self.held, text, usage, self._clock)
+        )
+        return "succeeded"
+
+    async def _fail(self, failure: Failure) -> AttemptResult:
+        held = self.held
+        decision = retry.decide(
+            failure.kind,
+            retry_after_s=failure.retry_after_s,
+            retry_unknown=held.spec.retry_unknown,
+            exhausted=held.exhausted,
+            attempt=held.counted_attempts,
+            backoff=retry.Backoff(self._settings.backoff_base_s, self._settings.backoff_max_s),
+            rng=self._rng,
+        )
+        if failure.kind == "rate_limited" and failure.retry_after_s:
+            await self._pause_provider(failure.retry_after_s)
+        # Nothing produced and a clear refusal: the provider billed nothing. Otherwise it may
+        # have, and we only have our estimate.
+        cost_known = decision.outcome == "failed" and self._coalescer.deltas == 0
+        usage = self._usage or self._estimated_usage(cost_known=cost_known)
+        await self._persist(
+            lambda: attempts.fail(
+                self._pool,
+                held,
+                action=decision.action,
+                outcome=decision.outcome,
+                error=failure.to_json(),
+                usage=usage,
+                retry_in_s=decision.delay_s,
+                clock=self._clock,
+            )
+        )
+        log.info(
+            "attempt_failed",
+            error_class=failure.error_class,
+            error=failure.message,
+            action=decision.action,
+            outcome=decision.outcome,
+            retry_in_s=round(decision.delay_s, 3),
+        )
+        return _RESULT_OF_ACTION[decision.action]
+
+    async def _pause_provider(self, seconds: float) -> None:
+        # Before the requeue's NOTIFY wakes other workers, so that they see the pause.
+        try:
+            until = await pauses.pause(self._pool, self.held.provider, seconds, self._clock)
+        except db.DISCONNECTS as exc:
+            # The job's own retry still waits out Retry-After; only the others may hit the 429.
+            log.warning("provider_pause_failed", error=str(exc) or type(exc).__name__)
+            return
+        log.info("provider_paused", provider=self.held.provider, until=until.isoformat())
+
+    async def _confirm_cancel(self) -> AttemptResult:
+        usage = self._usage or self._estimated_usage(cost_known=False)
+        await self._persist(
+            lambda: attempts.confirm_cancel(
+                self._pool,
+                self.held,
+                usage,
+                self._clock,
+                provider_confirmed=self._provider_stopped,
+            )
+        )
+        log.info("attempt_cancelled", provider_confirmed=self._provider_stopped)
+        return "cancelled"
+
+    async def _hand_back(self) -> AttemptResult:
+        usage = self._usage or self._estimated_usage(cost_known=False)
+        await self._persist(lambda: attempts.hand_back(self._pool, self.held, usage, self._clock))
+        log.info("attempt_handed_back")
+        return "interrupted"
+
+    def _estimated_usage(self, *, cost_known: bool) -> Usage:
+        produced = self._coalescer.deltas
+        return Usage(
+            output_tokens=produced,
+            cost_usd=self._provider.estimate_cost(self._request, produced),
+            cost_known=cost_known,
+        )
+
+    async def _persist(self, write: Callable[[], Awaitable[T]]) -> T:
+        """Run a fenced write, retrying a lost connection for as long as the lease lasts.
+
+        A retry is safe: if the first try did commit, the fence refuses the second (Fenced).
+        """
+        loop = asyncio.get_running_loop()
+        delay = 0.1
+        while True:
+            try:
+                return await write()
+            except db.DISCONNECTS as exc:
+                if loop.time() + delay >= self._lease.deadline:
+                    raise LeaseExpired(f"database unreachable: {exc}") from exc
+                log.warning("write_failed", error=str(exc) or type(exc).__name__, retry_in_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+
+async def _close(stream: object) -> None:
+    """Close the provider's stream, which closes its request (the Provider protocol)."""
+    aclose: Callable[[], Awaitable[object]] | None = getattr(stream, "aclose", None)
+    if aclose is None:
+        return
+    try:
+        await aclose()
+    except Exception:
+        log.warning("provider_stream_close_failed", exc_info=True)

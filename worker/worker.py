@@ -1,0 +1,255 @@
+"""The worker: claims jobs, runs an attempt for each, and hands work back when it stops.
+
+One loop waits for "notified, or poll interval elapsed, or stop" (LISTEN wakes; the table
+decides), then reaps expired leases and claims while it has free slots. Every attempt runs in a
+named, tracked task. On stop: no more claims, running attempts get `shutdown_grace_s`, then they
+are interrupted and hand their job straight back to the queue (DESIGN.md §7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import asyncpg
+import structlog
+
+from jobstream import attempts, db, queries
+from jobstream.attempts import Claimed
+from jobstream.clock import Clock, DatabaseClock
+from jobstream.settings import Settings
+from worker.attempt import AttemptResult, AttemptRunner
+from worker.listener import Listener
+from worker.providers.base import Provider
+from worker.providers.registry import build_providers, close_providers
+
+log = structlog.get_logger(__name__)
+
+# After the grace period, interrupted attempts get this long to hand their job back before
+# they are cancelled outright (their hand-back still runs, shielded).
+HAND_BACK_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Running:
+    runner: AttemptRunner
+    task: asyncio.Task[None]
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        pool: asyncpg.Pool | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        providers: Mapping[str, Provider] | None = None,
+    ) -> None:
+        if settings.database_url is None:
+            raise ValueError("the worker needs settings.database_url (DATABASE_URL)")
+        self._settings = settings
+        self._url = settings.database_url
+        self._pool = pool
+        self._owns_pool = pool is None
+        self._clock: Clock = clock or DatabaseClock()
+        self._rng = rng or random.Random()
+        self._owns_providers = providers is None
+        self._providers = dict(providers) if providers is not None else build_providers(settings)
+        self.worker_id = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self._running: dict[tuple[uuid.UUID, int], Running] = {}
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._listener = Listener(
+            self._url,
+            {queries.CHANNEL_JOBS: self._on_runnable, queries.CHANNEL_CANCEL: self._on_cancel},
+            on_connect=self._on_listener_connect,
+            name=f"jobstream-worker-listener:{self.worker_id}",
+        )
+        # How this worker's attempts ended: for logs and metrics, and for tests to assert on.
+        self.results: Counter[AttemptResult] = Counter()
+
+    # --- what callers and tests can observe or ask ---
+
+    @property
+    def running_count(self) -> int:
+        return len(self._running)
+
+    @property
+    def listening(self) -> asyncio.Event:
+        """Set while the LISTEN connection is up."""
+        return self._listener.connected
+
+    async def wait_idle(self) -> None:
+        """Return once no attempt is running."""
+        await self._idle.wait()
+
+    def wake(self) -> None:
+        """Run a claim round now (a job may have become runnable)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop claiming and shut down gracefully; safe to call from a signal handler."""
+        if not self._stopping.is_set():
+            log.info("worker_stopping", running=self.running_count)
+        self._stopping.set()
+        self._wake.set()
+
+    # --- the loop ---
+
+    async def run(self) -> None:
+        with structlog.contextvars.bound_contextvars(worker_id=self.worker_id):
+            if self._pool is None:
+                s = self._settings
+                self._pool = await db.create_pool(
+                    self._url, min_size=s.db_pool_min, max_size=s.db_pool_max
+                )
+            listener = asyncio.create_task(self._listener.run(), name=f"listener:{self.worker_id}")
+            listener.add_done_callback(self._on_listener_done)
+            log.info(
+                "worker_started",
+                providers=sorted(self._providers),
+                concurrency=self._settings.worker_concurrency,
+            )
+            grace = self._settings.shutdown_grace_s
+            try:
+                await self._claim_loop(self._pool)
+            except asyncio.CancelledError:
+                grace = 0.0  # cancelled, not stopped: no time to wait, hand back at once
+                raise
+            finally:
+                await self._drain(grace)
+                listener.cancel()
+                await asyncio.gather(listener, return_exceptions=True)
+                if self._owns_pool:
+                    await self._pool.close()
+                if self._owns_providers:
+                    await close_providers(self._providers)
+                log.info("worker_stopped", results=dict(self.results))
+
+    async def _claim_loop(self, pool: asyncpg.Pool) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            await self._round(pool)
+            try:
+                async with asyncio.timeout(self._settings.poll_interval_s):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass  # the polling fallback: a NOTIFY may have been lost
+
+    async def _round(self, pool: asyncpg.Pool) -> None:
+        try:
+            reaped = await attempts.reap_expired(pool, self._clock)
+            if reaped:
+                log.info("leases_reaped", count=reaped)
+            while self.running_count < self._settings.worker_concurrency:
+                if self._stopping.is_set():
+                    return
+                claimed_at = asyncio.get_running_loop().time()
+                held = await attempts.claim(
+                    pool,
+                    providers=list(self._providers),
+                    worker_id=self.worker_id,
+                    lease_s=self._settings.lease_s,
+                    clock=self._clock,
+                )
+                if held is None:
+                    return
+                self._start(pool, held, claimed_at)
+        except db.DISCONNECTS as exc:
+            # The next round retries; the pool reconnects on its own.
+            log.warning("database_unreachable", error=str(exc) or type(exc).__name__)
+        except Exception:
+            log.exception("claim_round_failed")
+
+    def _start(self, pool: asyncpg.Pool, held: Claimed, claimed_at: float) -> None:
+        runner = AttemptRunner(
+            pool,
+            held,
+            self._providers[held.provider],
+            self._settings,
+            clock=self._clock,
+            rng=self._rng,
+            claimed_at=claimed_at,
+        )
+        key = (held.job_id, held.attempt)
+        task = asyncio.create_task(
+            self._run_attempt(key, runner), name=f"attempt:{held.job_id}:{held.attempt}"
+        )
+        self._running[key] = Running(runner, task)
+        self._idle.clear()
+
+    async def _run_attempt(self, key: tuple[uuid.UUID, int], runner: AttemptRunner) -> None:
+        try:
+            self.results[await runner.run()] += 1
+        except Exception:
+            # The runner records every outcome it can; this is a bug. The job is left to the
+            # reaper, which settles it once the lease runs out.
+            log.exception("attempt_crashed", job_id=str(key[0]), attempt=key[1])
+        finally:
+            del self._running[key]
+            if not self._running:
+                self._idle.set()
+            self._wake.set()  # a slot is free
+
+    async def _drain(self, grace_s: float) -> None:
+        running = list(self._running.values())
+        if not running:
+            return
+        log.info("worker_draining", running=len(running), grace_s=grace_s)
+        if grace_s > 0:
+            await asyncio.wait([r.task for r in running], timeout=grace_s)
+        left = [r for r in running if not r.task.done()]
+        if not left:
+            return
+        for r in left:
+            r.runner.interrupt()
+        _, stuck = await asyncio.wait([r.task for r in left], timeout=HAND_BACK_TIMEOUT_S)
+        if not stuck:
+            return
+        log.warning("attempts_cancelled", count=len(stuck))
+        for task in stuck:
+            task.cancel()
+        await asyncio.wait(stuck)
+        settling = [r.runner.settling for r in left if r.runner.settling is not None]
+        if settling:
+            await asyncio.wait(settling, timeout=HAND_BACK_TIMEOUT_S)
+
+    # --- wake-ups from the listener ---
+
+    def _on_runnable(self, provider: str) -> None:
+        if provider in self._providers:
+            self._wake.set()
+
+    def _on_cancel(self, payload: str) -> None:
+        try:
+            job_id = uuid.UUID(payload)
+        except ValueError:
+            log.warning("bad_cancel_notification", payload=payload[:100])
+            return
+        for (running_job, _), running in self._running.items():
+            if running_job == job_id:
+                # The row decides: the runner renews now and acts on the status it reads.
+                running.runner.check_job()
+
+    def _on_listener_connect(self) -> None:
+        # Notifications sent while we were not listening are gone: look at the tables again.
+        self._wake.set()
+        for running in self._running.values():
+            running.runner.check_job()
+
+    def _on_listener_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        # The listener retries everything it can; ending on its own is a bug. Without it the
+        # worker would miss cancels for up to a third of a lease: stop rather than limp on.
+        log.error("listener_died", exc_info=task.exception())
+        self.stop()
