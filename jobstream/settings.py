@@ -17,8 +17,15 @@ class SettingsError(ValueError):
     """A configuration value is missing or malformed."""
 
 
-def _setting(env: str, default: Any, doc: str, *, minimum: float | None = None) -> Any:
-    return field(default=default, metadata={"env": env, "doc": doc, "minimum": minimum})
+def _setting(
+    env: str, default: Any, doc: str, *, minimum: float | None = None, secret: bool = False
+) -> Any:
+    # Secrets stay out of repr(), so a logged or printed Settings never shows them.
+    return field(
+        default=default,
+        repr=not secret,
+        metadata={"env": env, "doc": doc, "minimum": minimum},
+    )
 
 
 def _parse_bool(raw: str) -> bool:
@@ -138,11 +145,14 @@ class Settings:
         "JOBSTREAM_SECRET_KEY",
         "",
         "Key that signs events_url tokens. Empty: a random key per process (single server only).",
+        secret=True,
     )
     openai_base_url: str = _setting(
         "JOBSTREAM_OPENAI_BASE_URL", "https://api.openai.com/v1", "OpenAI-compatible API base URL."
     )
-    openai_api_key: str = _setting("JOBSTREAM_OPENAI_API_KEY", "", "API key (never logged).")
+    openai_api_key: str = _setting(
+        "JOBSTREAM_OPENAI_API_KEY", "", "API key (never logged).", secret=True
+    )
     openai_model: str = _setting("JOBSTREAM_OPENAI_MODEL", "gpt-4o-mini", "Default model.")
     openai_connect_timeout_s: float = _setting(
         "JOBSTREAM_OPENAI_CONNECT_TIMEOUT_S",
