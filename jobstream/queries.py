@@ -47,6 +47,9 @@ SELECT seq, type, attempt, data, created_at
 # What a stream needs to know before it starts: does the job exist, and is it finished?
 JOB_PROGRESS = "SELECT status, last_seq FROM jobs WHERE id = $1 AND tenant_id = $2"
 
+# Where the hub starts reading a job it begins to follow.
+JOB_LAST_SEQ = "SELECT last_seq FROM jobs WHERE id = $1"
+
 # The hub's view of the jobs it follows: a job whose last_seq moved past what the hub read has
 # events a lost NOTIFY did not announce. One statement for every followed job.
 JOBS_LAST_SEQ = "SELECT id, last_seq FROM jobs WHERE id = ANY($1::uuid[])"

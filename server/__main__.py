@@ -9,6 +9,7 @@ import uvicorn
 from jobstream import logs
 from jobstream.settings import Settings, SettingsError
 from server.app import create_app
+from server.shutdown import DrainingServer
 
 
 def main() -> int:
@@ -29,7 +30,7 @@ def main() -> int:
         timeout_graceful_shutdown=5,
         lifespan="on",
     )
-    uvicorn.Server(config).run()
+    DrainingServer(config).run()
     return 0
 
 

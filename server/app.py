@@ -14,8 +14,11 @@ from starlette.staticfiles import StaticFiles
 from jobstream import db
 from jobstream.clock import Clock, DatabaseClock
 from jobstream.settings import Settings
-from server import health, jobs_api, pages, problems
+from server import access_log, events_api, health, jobs_api, pages, problems
+from server.hub import Hub
+from server.shutdown import Shutdown
 from server.state import AppState
+from server.stream_tokens import StreamTokens
 
 log = structlog.get_logger(__name__)
 
@@ -24,6 +27,11 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
     if settings.database_url is None:
         raise ValueError("create_app needs settings.database_url")
     database_url = settings.database_url
+    access_log.install()
+    # Made here, not in the lifespan: tokens signed with a per-process key must stay valid for
+    # the app's whole life, and the server asks for shutdown before the lifespan ends.
+    tokens = StreamTokens(settings.secret_key, settings.stream_token_ttl_s)
+    shutdown = Shutdown()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -34,9 +42,28 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
         try:
             async with pool.acquire() as conn:
                 await db.apply_schema(conn)
-            app.state.js = AppState(settings=settings, clock=clock or DatabaseClock(), pool=pool)
-            log.info("server_ready")
-            yield
+            hub = Hub(
+                database_url=database_url,
+                pool=pool,
+                recheck_s=settings.hub_recheck_s,
+                probe_s=settings.hub_probe_s,
+                buffer=settings.subscriber_buffer,
+            )
+            await hub.start()
+            shutdown.on_begin(hub.drain)
+            try:
+                app.state.js = AppState(
+                    settings=settings,
+                    clock=clock or DatabaseClock(),
+                    pool=pool,
+                    hub=hub,
+                    tokens=tokens,
+                )
+                log.info("server_ready")
+                yield
+            finally:
+                shutdown.begin()
+                await hub.stop()
         finally:
             await pool.close()
 
@@ -47,12 +74,13 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
         Route("/api/jobs", jobs_api.list_jobs, methods=["GET"]),
         Route("/api/jobs/{job_id}", jobs_api.get_job, methods=["GET"]),
         Route("/api/jobs/{job_id}/cancel", jobs_api.cancel_job, methods=["POST"]),
+        Route("/api/jobs/{job_id}/events", events_api.follow_events, methods=["GET"]),
         Route("/api/jobs/{job_id}/retry", jobs_api.retry_job, methods=["POST"]),
         Route("/", pages.index),
         Route("/jobs/{job_id}", pages.index),
         Mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static"),
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={
@@ -60,3 +88,5 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
             HTTPException: problems.handle_http_exception,
         },
     )
+    app.state.shutdown = shutdown  # found by server.shutdown.DrainingServer
+    return app

@@ -62,7 +62,7 @@ async def create_job(request: Request) -> Response:
         outcome = await jobs.create(app.pool, tenant_id(request), spec, key)
     except IdempotencyConflict as exc:
         raise Problem(409, "idempotency-conflict", "Idempotency-Key reused", str(exc)) from exc
-    payload = representation.created(outcome.job)
+    payload = representation.created(outcome.job, app.tokens)
     location = {"Location": payload["poll_url"]}
     if outcome.created:
         return json_response(payload, 202, location)
@@ -76,7 +76,7 @@ async def get_job(request: Request) -> Response:
         snap = await jobs.snapshot(app.pool, tenant_id(request), job_id)
     except JobNotFound:
         raise not_found(f"No job {job_id}.") from None
-    return json_response(representation.detail(snap))
+    return json_response(representation.detail(snap, app.tokens))
 
 
 def _encode_cursor(job: jobs.Job) -> str:
@@ -113,7 +113,7 @@ async def list_jobs(request: Request) -> Response:
     page = rows[:limit]
     return json_response(
         {
-            "jobs": [representation.summary(job) for job in page],
+            "jobs": [representation.summary(job, app.tokens) for job in page],
             "next_cursor": _encode_cursor(page[-1]) if len(rows) > limit else None,
         }
     )
@@ -129,7 +129,7 @@ async def cancel_job(request: Request) -> Response:
     except JobNotFound:
         raise not_found(f"No job {job_id}.") from None
     finished = not changed and job["status"] not in ("cancelling",)
-    return json_response(representation.detail(snap), 200 if finished else 202)
+    return json_response(representation.detail(snap, app.tokens), 200 if finished else 202)
 
 
 async def retry_job(request: Request) -> Response:
@@ -147,4 +147,4 @@ async def retry_job(request: Request) -> Response:
             409, "not-dead", "Only dead jobs can be retried",
             f"Job {job_id} is {snap.job['status']}.",
         )  # fmt: skip
-    return json_response(representation.detail(snap), 202)
+    return json_response(representation.detail(snap, app.tokens), 202)

@@ -6,29 +6,32 @@ from datetime import datetime
 from typing import Any
 
 from jobstream.jobs import Job, Snapshot
+from server.stream_tokens import StreamTokens
 
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def links(job_id: str) -> dict[str, str]:
+def links(job_id: str, tokens: StreamTokens) -> dict[str, str]:
     base = f"/api/jobs/{job_id}"
-    return {"events_url": f"{base}/events", "poll_url": base, "cancel_url": f"{base}/cancel"}
+    # The token lets a browser's EventSource (which cannot send headers) read this job's events.
+    events_url = f"{base}/events?token={tokens.issue(job_id)}"
+    return {"events_url": events_url, "poll_url": base, "cancel_url": f"{base}/cancel"}
 
 
-def created(job: Job) -> dict[str, Any]:
+def created(job: Job, tokens: StreamTokens) -> dict[str, Any]:
     job_id = str(job["id"])
     return {
         "id": job_id,
         "status": job["status"],
         "created_at": _iso(job["created_at"]),
         "last_seq": job["last_seq"],
-        **links(job_id),
+        **links(job_id, tokens),
     }
 
 
-def summary(job: Job) -> dict[str, Any]:
+def summary(job: Job, tokens: StreamTokens) -> dict[str, Any]:
     """A row of the job list."""
     job_id = str(job["id"])
     return {
@@ -41,7 +44,7 @@ def summary(job: Job) -> dict[str, Any]:
         "created_at": _iso(job["created_at"]),
         "finished_at": _iso(job["finished_at"]),
         "metadata": job["metadata"],
-        **links(job_id),
+        **links(job_id, tokens),
     }
 
 
@@ -67,7 +70,7 @@ def _attempt(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def detail(snap: Snapshot) -> dict[str, Any]:
+def detail(snap: Snapshot, tokens: StreamTokens) -> dict[str, Any]:
     job = snap.job
     job_id = str(job["id"])
     return {
@@ -89,5 +92,5 @@ def detail(snap: Snapshot) -> dict[str, Any]:
         "cancel_requested": job["cancel_requested_at"] is not None,
         "metadata": job["metadata"],
         "attempt_history": [_attempt(a) for a in snap.attempts],
-        **links(job_id),
+        **links(job_id, tokens),
     }

@@ -9,6 +9,8 @@ from starlette.requests import Request
 
 from jobstream.clock import Clock
 from jobstream.settings import Settings
+from server.hub import Hub
+from server.stream_tokens import StreamTokens
 
 
 @dataclass
@@ -16,6 +18,9 @@ class AppState:
     settings: Settings
     clock: Clock
     pool: asyncpg.Pool
+    hub: Hub
+    tokens: StreamTokens
+    open_streams: int = 0  # SSE responses in progress in this process
 
 
 def state(request: Request) -> AppState:

@@ -10,6 +10,8 @@ from contextlib import asynccontextmanager
 import uvicorn
 from starlette.types import ASGIApp
 
+from server.shutdown import DrainingServer
+
 
 @asynccontextmanager
 async def serve(app: ASGIApp, *, startup_timeout_s: float = 30) -> AsyncIterator[str]:
@@ -19,7 +21,8 @@ async def serve(app: ASGIApp, *, startup_timeout_s: float = 30) -> AsyncIterator
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_config=None, lifespan="on", timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
+    # Tells an app from create_app that it is stopping, so its open streams end at once.
+    server = DrainingServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
     try:
         async with asyncio.timeout(startup_timeout_s):

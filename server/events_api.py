@@ -1,0 +1,166 @@
+"""`GET /api/jobs/{id}/events`: a job's event log as SSE, or as JSON with long-poll (API.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from jobstream import queries, sse
+from jobstream.events import Event
+from jobstream.types import TERMINAL_STATUSES
+from server.event_stream import EventStream
+from server.jobs_api import job_id_param
+from server.problems import Problem, not_found
+from server.responses import json_response
+from server.state import AppState, state, tenant_id
+from server.subscription import Subscription, SubscriptionClosed
+from server.tail import Tail
+
+MAX_WAIT_S = 30.0
+MAX_SEQ = 2**63 - 1  # bigint
+
+
+async def follow_events(request: Request) -> Response:
+    app = state(request)
+    job_id = job_id_param(request)
+    token = request.query_params.get("token")
+    if token is not None and not app.tokens.valid(str(job_id), token):
+        # Not 401/403: an invalid token must not reveal whether the job exists.
+        raise not_found(f"No job {job_id}.")
+    wants_sse = "text/event-stream" in request.headers.get("accept", "")
+    if wants_sse:
+        header = request.headers.get("last-event-id", "").strip()
+        cursor = _cursor(header, "Last-Event-ID") if header else _query_cursor(request)
+        wait_s = 0.0
+    else:
+        cursor = _query_cursor(request)
+        wait_s = _wait(request)
+    progress = await app.pool.fetchrow(queries.JOB_PROGRESS, job_id, tenant_id(request))
+    if progress is None:
+        raise not_found(f"No job {job_id}.")
+    # A finished job's log is complete: replay it, no need to follow.
+    live = progress["status"] not in TERMINAL_STATUSES
+    if wants_sse:
+        return _Stream(app, job_id, cursor, progress["last_seq"], live)
+    return await _poll(request, app, job_id, cursor, progress["last_seq"], live, wait_s)
+
+
+def _query_cursor(request: Request) -> int:
+    raw = request.query_params.get("after")
+    return 0 if raw is None else _cursor(raw, "after")
+
+
+def _cursor(raw: str, name: str) -> int:
+    if not raw.isascii() or not raw.isdigit() or int(raw) > MAX_SEQ:
+        raise Problem(
+            400, "invalid-cursor", "Invalid cursor",
+            f"{name} must be an event seq (a non-negative integer), not {raw[:40]!r}.",
+        )  # fmt: skip
+    return int(raw)
+
+
+def _wait(request: Request) -> float:
+    raw = request.query_params.get("wait", "0")
+    try:
+        wait = float(raw)
+    except ValueError:
+        wait = math.nan
+    if not 0 <= wait <= MAX_WAIT_S:  # also refuses nan
+        raise Problem(
+            400, "invalid-wait", "Invalid wait",
+            f"wait must be a number of seconds from 0 to {MAX_WAIT_S:g}.",
+        )  # fmt: skip
+    return wait
+
+
+class _Stream(Response):
+    """The SSE response, built once the request is known to be valid (so errors stay JSON)."""
+
+    def __init__(  # no super().__init__: nothing of a buffered Response applies to a stream
+        self, app: AppState, job_id: uuid.UUID, cursor: int, last_seq: int, live: bool
+    ) -> None:
+        self._app = app
+        self._job_id = job_id
+        self._cursor = cursor
+        self._last_seq = last_seq
+        self._live = live
+        self._stop = asyncio.Event()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = EventStream(
+            self._body(), heartbeat_s=self._app.settings.sse_heartbeat_s, stop=self._stop
+        )
+        self._app.open_streams += 1
+        try:
+            await response(scope, receive, send)
+        finally:
+            self._app.open_streams -= 1
+
+    async def _body(self) -> AsyncGenerator[bytes, None]:
+        app = self._app
+        # Subscribe before the first read: see Tail.
+        sub = await app.hub.subscribe(self._job_id, closed=self._stop) if self._live else None
+        try:
+            yield sse.retry(app.settings.sse_retry_ms)
+            tail = Tail(
+                app.pool, self._job_id, self._cursor, subscription=sub, last_seq=self._last_seq
+            )
+            while batch := await tail.next():
+                # One chunk per batch: a replay of a thousand events is one write, not a thousand.
+                yield b"".join(_frame(event) for event in batch)
+                if tail.finished(batch):
+                    return
+        except SubscriptionClosed:
+            return  # cut off, or the server is stopping: the client resumes from its last id
+        finally:
+            if sub is not None:
+                sub.close()
+
+
+def _frame(event: Event) -> bytes:
+    return sse.frame(event.type, orjson.dumps(event.to_json()).decode(), id=str(event.seq))
+
+
+async def _poll(
+    request: Request,
+    app: AppState,
+    job_id: uuid.UUID,
+    cursor: int,
+    last_seq: int,
+    live: bool,
+    wait_s: float,
+) -> Response:
+    sub: Subscription | None = None
+    if live and wait_s > 0:
+        sub = await app.hub.subscribe(job_id)
+    try:
+        tail = Tail(app.pool, job_id, cursor, subscription=sub, last_seq=last_seq)
+        batch: list[Event] = []
+        try:
+            async with asyncio.timeout(wait_s if sub is not None else None):
+                batch = await tail.next()
+        except (TimeoutError, SubscriptionClosed):
+            pass
+    finally:
+        if sub is not None:
+            sub.close()
+    progress = await app.pool.fetchrow(queries.JOB_PROGRESS, job_id, tenant_id(request))
+    if progress is None:
+        raise not_found(f"No job {job_id}.")
+    status = progress["status"]
+    body: dict[str, Any] = {
+        "events": [event.to_json() for event in batch],
+        "next_after": tail.cursor,
+        "status": status,
+        # Nothing more will come: the job is finished and this reader has its last event.
+        "done": status in TERMINAL_STATUSES and tail.cursor >= progress["last_seq"],
+    }
+    return json_response(body)

@@ -1,0 +1,241 @@
+"""The hub: one LISTEN connection per server process wakes the subscribers of each job.
+
+LISTEN/NOTIFY is only a wake-up hint; the event table is the truth (DESIGN.md §5). Per followed
+job there is one feed: a task that, on each wake-up, reads the new events once and fans them out
+to every subscriber's bounded buffer. Wake-ups come from NOTIFY (`job_id:last_seq`), from a
+periodic re-check of every followed job's `last_seq` in one statement (a lost NOTIFY is late by
+at most `recheck_s`), and from every (re)connect of the listener (notifications sent while it was
+down are gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Coroutine
+from typing import Any
+
+import asyncpg
+import structlog
+
+from jobstream import db, events, queries
+from server.subscription import CloseReason, Subscription
+from worker.listener import Listener
+
+log = structlog.get_logger(__name__)
+
+# Pause before a feed retries a failed read (the database is away or restarting).
+READ_RETRY_S = 0.5
+
+
+class _Feed:
+    """The hub's reader of one job: where it has read up to, and who gets what it reads."""
+
+    def __init__(self, job_id: uuid.UUID) -> None:
+        self.job_id = job_id
+        self.subscribers: set[Subscription] = set()
+        self.position: int | None = None  # highest seq fanned out; None until the first read
+        self.ready = asyncio.Event()  # position is known
+        self.wanted = asyncio.Event()  # the table may hold events past position
+        self.task: asyncio.Task[None] | None = None
+
+    def wake(self, last_seq: int | None = None) -> None:
+        if last_seq is None or self.position is None or last_seq > self.position:
+            self.wanted.set()
+
+
+class Hub:
+    def __init__(
+        self,
+        *,
+        database_url: str,
+        pool: asyncpg.Pool,
+        recheck_s: float,
+        probe_s: float,
+        buffer: int,
+        application_name: str = "jobstream-hub",
+    ) -> None:
+        self._pool = pool
+        self._recheck_s = recheck_s
+        self._buffer = buffer
+        # A page is at most half a buffer: a reader less than half a buffer behind is never cut
+        # off by one read, even by the burst that follows a reconnect.
+        self._page = min(events.READ_LIMIT, max(1, buffer // 2))
+        self._feeds: dict[uuid.UUID, _Feed] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._recheck_now = asyncio.Event()
+        self._draining = False
+        self.listener = Listener(
+            database_url,
+            {queries.CHANNEL_EVENTS: self._notified},
+            on_connect=self._recheck_now.set,
+            name=application_name,
+            probe_interval_s=probe_s,
+        )
+        # Counters for /metrics and the tests: how much the fan-out saves, who was cut off.
+        self.reads = 0
+        self.cut_off = 0
+
+    # --- life cycle ---
+
+    async def start(self, *, connect_timeout_s: float = 10) -> None:
+        self._spawn(self.listener.run(), "hub-listener")
+        self._spawn(self._recheck_loop(), "hub-recheck")
+        # Ready means LISTEN is in effect; if it is not yet, the re-check still serves streams.
+        try:
+            async with asyncio.timeout(connect_timeout_s):
+                await self.listener.connected.wait()
+        except TimeoutError:
+            log.warning("hub_listener_not_connected", waited_s=connect_timeout_s)
+
+    def drain(self) -> None:
+        """The server is stopping: end every subscription so their streams close now."""
+        self._draining = True
+        for feed in list(self._feeds.values()):
+            for sub in list(feed.subscribers):
+                sub.close("shutdown")
+
+    async def stop(self) -> None:
+        self.drain()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    @property
+    def subscribers(self) -> int:
+        return sum(len(feed.subscribers) for feed in self._feeds.values())
+
+    # --- subscribing ---
+
+    async def subscribe(
+        self, job_id: uuid.UUID, *, closed: asyncio.Event | None = None
+    ) -> Subscription:
+        """Follow a job's new events. Returns once every event committed from now on will be
+        delivered; the caller then reads its backlog from the table and drops seqs it has seen.
+        `closed`, if given, is set when the subscription ends.
+        """
+        sub = Subscription(job_id, self._buffer, self._release, closed=closed)
+        if self._draining:
+            sub.close("shutdown")
+            return sub
+        feed = self._feeds.get(job_id)
+        if feed is None:
+            feed = self._feeds[job_id] = _Feed(job_id)
+            feed.task = self._spawn(self._feed_loop(feed), f"hub-feed-{job_id}")
+        feed.subscribers.add(sub)
+        await feed.ready.wait()
+        return sub
+
+    def _release(self, sub: Subscription) -> None:
+        feed = self._feeds.get(sub.job_id)
+        if feed is None:
+            return
+        feed.subscribers.discard(sub)
+        if not feed.subscribers:
+            del self._feeds[sub.job_id]
+            feed.ready.set()  # nobody may wait for a feed that will never start
+            if feed.task is not None:
+                feed.task.cancel()
+
+    def _close_feed(self, feed: _Feed, reason: CloseReason) -> None:
+        for sub in list(feed.subscribers):
+            sub.close(reason)
+
+    # --- wake-ups ---
+
+    def _notified(self, payload: str) -> None:
+        job, _, seq = payload.partition(":")
+        try:
+            job_id, last_seq = uuid.UUID(job), int(seq)
+        except ValueError:
+            log.warning("hub_bad_notification", payload=payload[:100])
+            return
+        feed = self._feeds.get(job_id)
+        if feed is not None:
+            feed.wake(last_seq)
+
+    async def _recheck_loop(self) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(self._recheck_s):
+                    await self._recheck_now.wait()
+            except TimeoutError:
+                pass
+            self._recheck_now.clear()
+            if not self._feeds:
+                continue
+            try:
+                rows = await self._pool.fetch(queries.JOBS_LAST_SEQ, list(self._feeds))
+            except (*db.DISCONNECTS, asyncpg.PostgresError) as exc:
+                log.warning("hub_recheck_failed", error=str(exc) or type(exc).__name__)
+                continue
+            found = {row["id"]: row["last_seq"] for row in rows}
+            for job_id, feed in list(self._feeds.items()):
+                if job_id in found:
+                    feed.wake(found[job_id])
+                else:
+                    self._close_feed(feed, "gone")
+
+    # --- reading and fan-out ---
+
+    async def _feed_loop(self, feed: _Feed) -> None:
+        try:
+            while True:
+                try:
+                    if feed.position is None:
+                        if not await self._start_feed(feed):
+                            return
+                        continue
+                    await feed.wanted.wait()
+                    feed.wanted.clear()
+                    await self._read(feed)
+                except (*db.DISCONNECTS, asyncpg.PostgresError) as exc:
+                    log.warning("hub_read_failed", job_id=str(feed.job_id), error=str(exc))
+                    feed.wanted.set()
+                    await asyncio.sleep(READ_RETRY_S)
+        except Exception:
+            # A bug, not an outage: end these streams (their clients resume from their cursors)
+            # rather than leave them waiting on a feed that no longer reads.
+            log.exception("hub_feed_failed", job_id=str(feed.job_id))
+            self._close_feed(feed, "error")
+
+    async def _start_feed(self, feed: _Feed) -> bool:
+        # Read after the first subscriber registered: every event past this position commits
+        # later, and its NOTIFY (or the re-check) wakes this feed.
+        last_seq = await self._pool.fetchval(queries.JOB_LAST_SEQ, feed.job_id)
+        if last_seq is None:
+            self._close_feed(feed, "gone")
+            return False
+        feed.position = last_seq
+        feed.ready.set()
+        return True
+
+    async def _read(self, feed: _Feed) -> None:
+        assert feed.position is not None
+        while True:
+            page = await events.read_after(self._pool, feed.job_id, feed.position, self._page)
+            self.reads += 1
+            if not page:
+                return
+            feed.position = page[-1].seq
+            for sub in list(feed.subscribers):
+                if not sub.offer(page):
+                    self.cut_off += 1
+                    log.warning("subscriber_cut_off", job_id=str(feed.job_id), buffer=self._buffer)
+                    sub.close("overflow")
+            if len(page) < self._page:
+                return
+
+    # --- tasks ---
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("hub_task_failed", task=task.get_name(), exc_info=task.exception())

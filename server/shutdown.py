@@ -1,0 +1,50 @@
+"""Ending open streams promptly when the server stops.
+
+uvicorn waits for open responses to finish before it runs the lifespan shutdown, and an SSE
+response never finishes on its own: without a signal at the *start* of shutdown, every open stream
+would hold the process until uvicorn's graceful timeout and then be cut mid-frame. The signal is
+per app (several apps may share a process in the tests), unlike sse-starlette's process-global flag.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+
+import uvicorn
+
+
+class Shutdown:
+    """Callbacks run once, when the server begins to stop (or at once, if it already has)."""
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[], None]] = []
+        self.begun = False
+
+    def on_begin(self, callback: Callable[[], None]) -> None:
+        self._callbacks.append(callback)
+        if self.begun:
+            callback()
+
+    def begin(self) -> None:
+        if self.begun:
+            return
+        self.begun = True
+        for callback in self._callbacks:
+            callback()
+
+
+def of(app: object) -> Shutdown | None:
+    """The Shutdown of an app built by create_app, or None for any other ASGI app."""
+    shutdown = getattr(getattr(app, "state", None), "shutdown", None)
+    return shutdown if isinstance(shutdown, Shutdown) else None
+
+
+class DrainingServer(uvicorn.Server):
+    """A uvicorn server that tells the app it is stopping before it waits for open responses."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        shutdown = of(self.config.app)
+        if shutdown is not None:
+            shutdown.begin()
+        await super().shutdown(sockets)

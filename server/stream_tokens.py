@@ -1,0 +1,42 @@
+"""Signed, short-lived tokens that let a browser's EventSource read one job's events.
+
+EventSource cannot send headers, so the job's `events_url` carries the credential in its query
+string (DESIGN.md §6). A token names one job and an expiry, signed with HMAC-SHA256; it grants
+nothing but reading that job's events until it expires.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Callable
+
+
+class StreamTokens:
+    def __init__(self, secret: str, ttl_s: int, *, now: Callable[[], float] = time.time) -> None:
+        # No configured secret: a random one per process, so tokens are valid on this server
+        # only (fine for a single server; replicas need JOBSTREAM_SECRET_KEY).
+        self._key = secret.encode() if secret else secrets.token_bytes(32)
+        self._ttl_s = ttl_s
+        self._now = now
+
+    def issue(self, job_id: str) -> str:
+        expires = int(self._now()) + self._ttl_s
+        return f"{expires}.{self._sign(job_id, expires)}"
+
+    def valid(self, job_id: str, token: str) -> bool:
+        expires, _, signature = token.partition(".")
+        if not expires.isdigit() or len(expires) > 12:
+            return False
+        if int(expires) < self._now():
+            return False
+        return hmac.compare_digest(signature, self._sign(job_id, int(expires)))
+
+    def _sign(self, job_id: str, expires: int) -> str:
+        # The purpose prefix keeps this MAC from ever being mistaken for another use of the key.
+        message = f"jobstream-events:{job_id}:{expires}".encode()
+        digest = hmac.new(self._key, message, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")

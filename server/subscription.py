@@ -1,0 +1,84 @@
+"""One reader's bounded buffer of a job's new events, filled by the hub."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from jobstream.events import Event
+
+# Why a subscription ended before its reader let go of it.
+CloseReason = Literal["overflow", "shutdown", "gone", "error", "released"]
+
+
+class SubscriptionClosed(Exception):
+    def __init__(self, reason: CloseReason) -> None:
+        super().__init__(reason)
+        self.reason: CloseReason = reason
+
+
+class Subscription:
+    """Events of one job, in seq order, as the hub reads them; at most `limit` held at once.
+
+    A reader that falls `limit` events behind is closed with reason "overflow" instead of
+    buffering without bound: its stream ends and the client resumes from its cursor.
+    """
+
+    def __init__(
+        self,
+        job_id: uuid.UUID,
+        limit: int,
+        release: Callable[[Subscription], None],
+        *,
+        closed: asyncio.Event | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self._limit = limit
+        self._release = release
+        self._events: deque[Event] = deque()
+        self._arrived = asyncio.Event()
+        # Set when the subscription ends for any reason; a stream races its sends against it,
+        # and may hand in its own event to learn of the end before it holds the subscription.
+        self.closed = closed or asyncio.Event()
+        self.reason: CloseReason | None = None
+
+    def offer(self, events: Sequence[Event]) -> bool:
+        """Buffer `events`; False (and nothing buffered) when that would exceed the limit."""
+        if self.reason is not None:
+            return True
+        if len(self._events) + len(events) > self._limit:
+            return False
+        self._events.extend(events)
+        self._arrived.set()
+        return True
+
+    async def get(self) -> list[Event]:
+        """Everything buffered, waiting for at least one event.
+
+        Buffered events are handed out even after a close; then SubscriptionClosed.
+        """
+        while not self._events:
+            if self.reason is not None:
+                raise SubscriptionClosed(self.reason)
+            self._arrived.clear()
+            await self._arrived.wait()
+        batch = list(self._events)
+        self._events.clear()
+        return batch
+
+    def close(self, reason: CloseReason = "released") -> None:
+        if self.reason is not None:
+            return
+        self.reason = reason
+        self._arrived.set()
+        self.closed.set()
+        self._release(self)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

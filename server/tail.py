@@ -1,0 +1,88 @@
+"""One reader's way along a job's log after its cursor: the table first, then the hub.
+
+The caller subscribes before the first read, so an event committed in between arrives by one
+path or both, and seq removes the duplicate. Whatever the hub hands over that does not follow
+the cursor exactly is treated as a wake-up and read from the table: the stream is correct even
+if a wake-up is lost or late, only slower.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import asyncpg
+
+from jobstream import events
+from jobstream.events import Event
+from server.subscription import Subscription
+
+
+class Tail:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        job_id: uuid.UUID,
+        cursor: int,
+        *,
+        subscription: Subscription | None,
+        last_seq: int,
+        page: int = events.READ_LIMIT,
+    ) -> None:
+        self._pool = pool
+        self._job_id = job_id
+        self._sub = subscription
+        self._page = page
+        self._last_seq = last_seq  # the job's last_seq before the first read
+        self._first_read = True
+        self.cursor = cursor
+        # The table may hold events past the cursor that this reader has not read yet.
+        self.more = True
+
+    async def next(self) -> list[Event]:
+        """The next events after the cursor, in order, waiting for the hub when there are none.
+
+        Returns [] when there is nothing more and no subscription to wait on; raises
+        SubscriptionClosed when the subscription ends.
+        """
+        while True:
+            if self.more:
+                page = await events.read_after(self._pool, self._job_id, self.cursor, self._page)
+                self.more = len(page) == self._page
+                first_read, self._first_read = self._first_read, False
+                if page:
+                    return self._take(page)
+                if first_read and self._last_seq > self.cursor:
+                    return [self._resync(self._last_seq + 1, attempt=0, at=datetime.now(UTC))]
+            if self._sub is None:
+                return []
+            fresh = [e for e in await self._sub.get() if e.seq > self.cursor]
+            if not fresh:
+                continue
+            if fresh[0].seq == self.cursor + 1 and fresh[-1].seq - fresh[0].seq == len(fresh) - 1:
+                return self._take(fresh)
+            self.more = True  # a gap: the table has what the hub did not bring
+
+    def finished(self, batch: list[Event]) -> bool:
+        """`done` was the last event of the log: the stream ends here.
+
+        Only the *last* one ends it: an operator's retry of a dead job appends after its `done`.
+        """
+        return bool(batch) and batch[-1].type == "done" and not self.more
+
+    def _take(self, page: list[Event]) -> list[Event]:
+        if page[0].seq > self.cursor + 1:
+            # The log is gap-free, so a gap at the cursor means the events were pruned.
+            head = self._resync(page[0].seq, attempt=page[0].attempt, at=page[0].at)
+            self.cursor = page[-1].seq
+            return [head, *page]
+        self.cursor = page[-1].seq
+        return page
+
+    def _resync(self, first_seq: int, *, attempt: int, at: datetime) -> Event:
+        """The in-band answer to a cursor older than what is retained (API.md `resync`).
+
+        Its id is `first_seq - 1`, so a client that reconnects after it does not resync again.
+        """
+        self.cursor = first_seq - 1
+        return Event(first_seq - 1, "resync", attempt, {"first_seq": first_seq}, at)

@@ -1,0 +1,272 @@
+"""GET /api/jobs/{id}/events over real HTTP: SSE framing, cursors, errors, tokens, long-poll."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from starlette.applications import Starlette
+
+from jobstream.settings import Settings
+from server.app import create_app
+from server.hub import Hub
+from server.stream_tokens import StreamTokens
+from tests.support import attempt_driver as drive
+from tests.support.http_server import serve
+from tests.support.polling import eventually
+from tests.support.sse_client import SSE_HEADERS, read_stream, reassemble
+
+PROBLEM = "application/problem+json"
+
+
+async def create(client: httpx.AsyncClient) -> dict[str, Any]:
+    response = await client.post("/api/jobs", json={"prompt": "count", "simulate": {"tokens": 5}})
+    assert response.status_code == 202
+    job: dict[str, Any] = response.json()
+    return job
+
+
+async def finished_job(client: httpx.AsyncClient, pool: asyncpg.Pool) -> dict[str, Any]:
+    """A job that ran one attempt of five counted tokens and succeeded."""
+    job = await create(client)
+    held = await drive.claim(pool)
+    for i in range(5):
+        await drive.tokens(pool, held, drive.count_tokens(i, i + 1))
+    await drive.succeed(pool, held, "0 1 2 3 4 ")
+    return job
+
+
+def plain(job: dict[str, Any]) -> str:
+    """The events URL without a token (a client that authenticates otherwise)."""
+    return f"/api/jobs/{job['id']}/events"
+
+
+async def test_a_finished_job_replays_whole_and_the_stream_ends(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    job = await finished_job(client, pool)
+    got = await read_stream(client, job["events_url"])
+    assert got.status == 200
+    assert got.ended
+    assert got.headers["content-type"].startswith("text/event-stream")
+    assert got.headers["cache-control"] == "no-cache"
+    assert got.headers["x-accel-buffering"] == "no"
+    assert got.first_item is not None and got.retry_ms == 1000  # `retry:` comes first
+    types = [e["type"] for e in got.events]
+    assert types == ["status", "reset", "status", *["token"] * 5, "usage", "done"]
+    assert [e["seq"] for e in got.events] == list(range(1, 11))
+    assert got.ids == [str(e["seq"]) for e in got.events]
+    assert all(e["attempt"] == (0 if i == 0 else 1) for i, e in enumerate(got.events))
+    assert reassemble(got.events) == got.events[-1]["result"]["text"] == "0 1 2 3 4 "
+
+
+async def test_cursor_from_last_event_id_then_after(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    job = await finished_job(client, pool)
+    by_header = await read_stream(client, plain(job), last_event_id="7")
+    assert [e["seq"] for e in by_header.events] == [8, 9, 10]
+    by_query = await read_stream(client, plain(job) + "?after=8")
+    assert [e["seq"] for e in by_query.events] == [9, 10]
+    # The header wins: it is what EventSource sends when it reconnects to the same URL.
+    both = await read_stream(client, plain(job) + "?after=2", last_event_id="9")
+    assert [e["seq"] for e in both.events] == [10]
+    past_the_end = await read_stream(client, plain(job), last_event_id="10")
+    assert past_the_end.events == [] and past_the_end.ended
+
+
+async def test_a_live_stream_delivers_events_as_they_commit(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    job = await create(client)
+    reader = asyncio.create_task(read_stream(client, job["events_url"]))
+    held = await drive.claim(pool)
+    for i in range(20):
+        await drive.tokens(pool, held, drive.count_tokens(i, i + 1))
+    await drive.succeed(pool, held, "".join(drive.count_tokens(0, 20)))
+    got = await asyncio.wait_for(reader, 10)
+    assert got.ended
+    assert [e["seq"] for e in got.events] == list(range(1, len(got.events) + 1))
+    assert reassemble(got.events) == "".join(drive.count_tokens(0, 20))
+
+
+@pytest.mark.parametrize("accept", ["text/event-stream", "application/json"])
+async def test_unknown_job_is_a_404_problem(client: httpx.AsyncClient, accept: str) -> None:
+    for job_id in (str(uuid.uuid4()), "not-a-uuid"):
+        response = await client.get(f"/api/jobs/{job_id}/events", headers={"Accept": accept})
+        assert response.status_code == 404
+        assert response.headers["content-type"] == PROBLEM
+
+
+async def test_malformed_cursor_or_wait_is_a_400_problem(client: httpx.AsyncClient) -> None:
+    job = await create(client)
+    cases: list[tuple[str, dict[str, str]]] = [
+        ("?after=-1", SSE_HEADERS),
+        ("?after=abc", SSE_HEADERS),
+        ("?after=%D9%A1%D9%A2", SSE_HEADERS),  # digits, but not ASCII ones
+        ("?after=", {}),
+        ("?after=99999999999999999999", {}),
+        ("", {**SSE_HEADERS, "Last-Event-ID": "12x"}),
+        ("?wait=31", {}),
+        ("?wait=nan", {}),
+        ("?wait=soon", {}),
+    ]
+    for query, headers in cases:
+        response = await client.get(plain(job) + query, headers=headers)
+        assert response.status_code == 400, (query, headers)
+        assert response.headers["content-type"] == PROBLEM
+        assert response.json()["type"] in ("/problems/invalid-cursor", "/problems/invalid-wait")
+
+
+async def test_tokens_are_checked_when_present(client: httpx.AsyncClient) -> None:
+    job, other = await create(client), await create(client)
+    other_token = other["events_url"].split("token=")[1]
+    ok = await client.get(job["events_url"])
+    assert ok.status_code == 200
+    assert (await client.get(plain(job))).status_code == 200  # no token: not enforced yet
+    for bad in (other_token, "garbage", "1.abc", other_token.split(".")[0] + ".x", ""):
+        response = await client.get(plain(job), params={"token": bad}, headers=SSE_HEADERS)
+        assert response.status_code == 404, bad
+        assert response.headers["content-type"] == PROBLEM
+
+
+async def test_an_expired_token_is_refused(client: httpx.AsyncClient, settings: Settings) -> None:
+    job = await create(client)
+    # Signed with the server's key, but an hour past its expiry.
+    long_ago = StreamTokens(settings.secret_key, 3600, now=lambda: time.time() - 7200)
+    response = await client.get(plain(job), params={"token": long_ago.issue(job["id"])})
+    assert response.status_code == 404
+    fresh = StreamTokens(settings.secret_key, 3600)
+    assert (await client.get(plain(job), params={"token": fresh.issue(job["id"])})).is_success
+
+
+async def test_tokens_never_reach_the_access_log(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    job = await create(client)
+    token = job["events_url"].split("token=")[1]
+    with caplog.at_level("INFO", logger="uvicorn.access"):
+        await client.get(job["events_url"])
+        await client.get(job["events_url"] + "&after=0")
+    access = [r.getMessage() for r in caplog.records if r.name == "uvicorn.access"]
+    assert any("/events?token=[redacted]" in line for line in access), access
+    assert not any(token in line for line in access)
+
+
+async def test_a_pruned_cursor_gets_resync(client: httpx.AsyncClient, pool: asyncpg.Pool) -> None:
+    job = await finished_job(client, pool)
+    # What a retention janitor would do: the oldest events are gone.
+    await pool.execute(
+        "DELETE FROM job_events WHERE job_id = $1 AND seq <= 4", uuid.UUID(job["id"])
+    )
+    got = await read_stream(client, plain(job), last_event_id="2")
+    assert got.events[0]["type"] == "resync"
+    assert got.events[0]["first_seq"] == 5
+    assert got.ids[0] == "4"  # reconnecting after it does not resync again
+    assert [e["seq"] for e in got.events[1:]] == list(range(5, 11))
+    fine = await read_stream(client, plain(job), last_event_id="4")
+    assert fine.events[0]["type"] == "token"
+    polled = (await client.get(plain(job), params={"after": "0"})).json()
+    assert polled["events"][0]["type"] == "resync"
+
+
+async def test_poll_returns_at_once_when_events_exist(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    job = await finished_job(client, pool)
+    first = (await client.get(plain(job), params={"after": "0", "wait": "30"})).json()
+    assert [e["seq"] for e in first["events"]] == list(range(1, 11))
+    assert first["next_after"] == 10 and first["status"] == "succeeded" and first["done"]
+    rest = (await client.get(plain(job), params={"after": "10", "wait": "30"})).json()
+    assert rest == {"events": [], "next_after": 10, "status": "succeeded", "done": True}
+
+
+@pytest.fixture
+async def app_client(settings: Settings) -> AsyncIterator[tuple[Starlette, httpx.AsyncClient]]:
+    """The app itself (to look at its hub) and a client of it on a real uvicorn."""
+    app = create_app(settings)
+    async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
+        yield app, client
+
+
+async def test_long_poll_wakes_soon_after_a_new_event(
+    app_client: tuple[Starlette, httpx.AsyncClient], pool: asyncpg.Pool
+) -> None:
+    app, client = app_client
+    hub: Hub = app.state.js.hub
+    job = await create(client)
+    held = await drive.claim(pool)
+    progress = (await client.get(plain(job), params={"after": "0"})).json()
+    assert progress["status"] == "running" and not progress["done"]
+    cursor = progress["next_after"]
+    waiting = asyncio.create_task(
+        client.get(plain(job), params={"after": str(cursor), "wait": "20"})
+    )
+
+    async def followers() -> int:
+        return hub.subscribers
+
+    await eventually(followers, lambda n: n == 1, what="the long-poll is parked on the hub")
+    appended_at = time.monotonic()
+    await drive.tokens(pool, held, ["hello"])
+    answer = (await asyncio.wait_for(waiting, 10)).json()
+    woke_after = time.monotonic() - appended_at
+    assert [e["text"] for e in answer["events"]] == ["hello"]
+    assert answer["next_after"] == cursor + 1 and not answer["done"]
+    assert woke_after < 0.5, woke_after  # woken by NOTIFY, not by the 1 s re-check
+
+
+async def test_long_poll_times_out_empty(client: httpx.AsyncClient, pool: asyncpg.Pool) -> None:
+    job = await create(client)
+    started = time.monotonic()
+    answer = (await client.get(plain(job), params={"after": "1", "wait": "0.3"})).json()
+    assert time.monotonic() - started >= 0.3
+    assert answer == {"events": [], "next_after": 1, "status": "queued", "done": False}
+
+
+@pytest.fixture
+async def quiet_app(settings: Settings) -> AsyncIterator[str]:
+    async with serve(create_app(settings.replace(sse_heartbeat_s=0.2))) as url:
+        yield url
+
+
+async def test_heartbeats_arrive_when_nothing_happens(quiet_app: str, pool: asyncpg.Pool) -> None:
+    async with httpx.AsyncClient(base_url=quiet_app) as client:
+        job = await create(client)
+        got = await read_stream(client, job["events_url"], max_events=1)
+        assert [e["type"] for e in got.events] == ["status"]
+        async with client.stream("GET", job["events_url"], headers=SSE_HEADERS) as response:
+            chunks = response.aiter_text()
+            seen = ""
+            while seen.count(": heartbeat") < 2:
+                seen += await asyncio.wait_for(anext(chunks), 2)
+
+
+async def test_server_shutdown_ends_open_streams_promptly(settings: Settings) -> None:
+    app = create_app(settings)
+    hub: Hub | None = None
+    async with httpx.AsyncClient(timeout=10) as client:
+        async with serve(app) as url:
+            hub = app.state.js.hub
+            async with httpx.AsyncClient(base_url=url) as creator:
+                job = await create(creator)
+            readers = [
+                asyncio.create_task(read_stream(client, url + job["events_url"])) for _ in range(3)
+            ]
+
+            async def followers() -> int:
+                assert hub is not None
+                return hub.subscribers
+
+            await eventually(followers, lambda n: n == 3, what="three streams follow the job")
+            stopping_at = time.monotonic()
+        stopped_after = time.monotonic() - stopping_at
+        received = await asyncio.gather(*readers)
+    assert all(got.ended for got in received)  # ended by the server, cleanly, not cut
+    assert stopped_after < 1.5, stopped_after  # not uvicorn's 2 s graceful timeout
