@@ -32,7 +32,7 @@ export class JobView {
       copy: byId("copy-link"), actionNote: byId("action-note"), attempts: byId("fact-attempts"),
       provider: byId("fact-provider"), tokens: byId("fact-tokens"), cost: byId("fact-cost"),
       created: byId("fact-created"), seq: byId("fact-seq"), history: byId("history"),
-      historyRows: byId("history-rows"),
+      historyRows: byId("history-rows"), historyFoot: byId("history-foot"),
     };
     // One text node, appended to: a long answer costs no re-layout of the whole string per token.
     this.text = document.createTextNode("");
@@ -119,7 +119,12 @@ export class JobView {
   status(evt) {
     this.setStatus(evt.status);
     if (evt.error && !this.failureNoted.has(evt.attempt)) this.attemptError({ ...evt, ...evt.error });
-    if (evt.retry_at) this.note(`Attempt ${evt.attempt + 1} is scheduled for ${formatTime(evt.retry_at)}.`, "retry");
+    if (evt.retry_at) {
+      const next = ` Attempt ${evt.attempt + 1} is scheduled for ${formatTime(evt.retry_at)}.`;
+      const last = this.el.notes.lastElementChild;
+      if (last && last.dataset.attempt === String(evt.attempt)) last.append(next);
+      else this.note(next.trim(), "retry");
+    }
     this.scheduleDetails();
   }
 
@@ -127,12 +132,13 @@ export class JobView {
   attemptError(evt) {
     this.failureNoted.add(evt.attempt);
     const message = evt.message ? ` (${evt.message})` : "";
-    this.note(`Attempt ${evt.attempt} failed: ${evt.class}${message}.`, "retry");
+    const li = this.note(`Attempt ${evt.attempt} failed: ${evt.class}${message}.`, "retry");
+    li.dataset.attempt = String(evt.attempt);
   }
 
   usage(evt) {
     this.usageByAttempt.set(evt.attempt, {
-      input: evt.input_tokens, output: evt.output_tokens, cost: evt.cost,
+      input: evt.input_tokens, output: evt.output_tokens, cost: evt.cost, known: evt.cost_known !== false,
     });
     this.renderUsage();
   }
@@ -205,6 +211,7 @@ export class JobView {
     time.textContent = formatTime(new Date().toISOString());
     li.append(time, " ", message);
     this.el.notes.append(li);
+    return li;
   }
 
   showError(error) {
@@ -237,25 +244,32 @@ export class JobView {
     const rows = job.attempt_history || [];
     for (const a of rows) {
       if (a.output_tokens !== null || a.cost !== null) {
-        this.usageByAttempt.set(a.attempt, { input: a.input_tokens, output: a.output_tokens, cost: a.cost });
+        this.usageByAttempt.set(a.attempt, {
+          input: a.input_tokens, output: a.output_tokens, cost: a.cost, known: a.cost_known !== false,
+        });
       }
     }
     this.renderUsage();
     this.el.history.hidden = rows.length === 0;
     this.el.historyRows.replaceChildren(...rows.map(historyRow));
+    this.el.historyFoot.hidden = !rows.some((a) => a.cost_known === false);
   }
 
   renderUsage() {
-    let input = 0, output = 0, cost = 0, costKnown = false;
+    if (this.usageByAttempt.size === 0) return;
+    let input = 0, output = 0, cost = 0, estimated = false;
     for (const u of this.usageByAttempt.values()) {
       input += Number(u.input) || 0;
       output += Number(u.output) || 0;
-      if (u.cost !== null && u.cost !== undefined) { cost += Number(u.cost) || 0; costKnown = true; }
+      cost += Number(u.cost) || 0;
+      estimated ||= !u.known;
     }
-    if (this.usageByAttempt.size === 0) return;
-    const all = this.usageByAttempt.size > 1 ? " (all attempts)" : "";
-    this.el.tokens.textContent = `${input} / ${output}${all}`;
-    this.el.cost.textContent = costKnown ? formatCost(cost) : "unknown";
+    // Summed over every attempt: a failed attempt's tokens were generated (and billed) too.
+    this.el.tokens.textContent = `${input} / ${output}`;
+    this.el.cost.textContent = `${estimated ? "~" : ""}${formatCost(cost)}`;
+    this.el.cost.title = estimated
+      ? "Includes an estimate: a provider did not report the usage of an attempt."
+      : "";
   }
 
   // Attempt history, usage and cost come from the job resource; fetch it at most once a second.
@@ -327,7 +341,7 @@ function historyRow(a) {
     : "…";
   const cells = [
     a.attempt, a.outcome || "running", a.error ? a.error.class : "",
-    a.output_tokens ?? "", a.cost_known === false ? "unknown" : formatCost(a.cost), took,
+    a.output_tokens ?? "", `${a.cost_known === false ? "~" : ""}${formatCost(a.cost)}`, took,
   ];
   for (const value of cells) {
     const td = document.createElement("td");

@@ -28,6 +28,7 @@ export class JobFollower {
     this.attempt = 0;
     this.eventsUrl = null;
     this.jobId = null;
+    this.refused = 0; // streams refused in a row
   }
 
   async follow(jobId) {
@@ -69,20 +70,31 @@ export class JobFollower {
     const source = new EventSource(withParams(this.eventsUrl, { after: this.lastSeq }));
     this.source = source;
     this.view.connection("connecting");
-    source.onopen = () => this.view.connection("live");
-    source.onerror = () => {
-      if (this.source !== source || this.finished) return;
-      if (source.readyState === EventSource.CLOSED) {
-        // The browser gave up: the server answered with something other than a 200 stream.
-        this.closeStream();
+    source.onopen = () => {
+      this.refused = 0;
+      this.view.connection("live");
+    };
+    source.onerror = async (e) => {
+      // A server event named `error` (an attempt failed) arrives here too, as a MessageEvent.
+      if (e instanceof MessageEvent || this.source !== source || this.finished) return;
+      if (source.readyState !== EventSource.CLOSED) {
+        this.view.connection("reconnecting"); // the browser retries by itself
+        return;
+      }
+      // The browser gave up: the server answered with something other than a 200 stream.
+      // Once, try again with a fresh events_url (its signed token may have expired); then poll.
+      this.closeStream();
+      this.refused += 1;
+      if (this.refused === 1 && (await this.refreshUrl()) && !this.finished) {
+        this.openStream();
+      } else if (!this.finished) {
         this.poll("The live stream was refused, so the page polls for events instead.");
-      } else {
-        this.view.connection("reconnecting");
       }
     };
     for (const type of EVENT_TYPES) {
       source.addEventListener(type, (message) => {
-        if (this.source !== source) return;
+        // The browser's own `error` events (connection trouble) carry no data: onerror has them.
+        if (!(message instanceof MessageEvent) || this.source !== source) return;
         const evt = JSON.parse(message.data);
         if (this.apply({ type, ...evt }) === "resync") this.resync();
       });
@@ -160,6 +172,11 @@ export class JobFollower {
           headers: { Accept: "application/json" }, cache: "no-store", signal,
         });
         if (response.status === 404) throw new ApiError(404, await response.json().catch(() => null));
+        if ((response.status === 401 || response.status === 403) && failures === 0) {
+          failures += 1;
+          await this.refreshUrl(); // the signed token expired or another server signed it
+          continue;
+        }
         if (!response.ok) throw new Error(`HTTP ${response.status}`);
         body = await response.json();
       } catch (err) {
@@ -199,8 +216,9 @@ export class JobFollower {
     try {
       const job = await getJob(this.jobId, this.stopper.signal);
       this.eventsUrl = job.events_url;
+      return true;
     } catch {
-      // Still unreachable: the loop keeps backing off.
+      return false; // still unreachable: the caller backs off or polls
     }
   }
 }
