@@ -1,0 +1,175 @@
+"""Browser fixtures: one Chromium per session, a new context per test, and per test a real
+server and worker (`python -m server`, `python -m worker`) on a fresh PostgreSQL database.
+
+Chromium is Debian's (`make browser` installs it); Playwright drives it and downloads nothing.
+Every test's process logs land in `test-output/e2e/<test>/` for a post-mortem.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.async_api import Browser, Page, async_playwright
+
+from tests.support.polling import eventually
+from tests.support.processes import REPO_ROOT, ManagedProcess, Processes, processes
+
+CHROMIUM = Path("/usr/bin/chromium")
+# The machine's network is closed: without these, Chromium's own background connections
+# (updates, sync, QUIC probes) fail noisily and slow start-up.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+OUTPUT_DIR = REPO_ROOT / "test-output"
+SERVER_START_TIMEOUT_S = 30.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Stack:
+    """A server and a worker as real processes; the server can be killed and started again."""
+
+    def __init__(self, group: Processes, database_url: str) -> None:
+        self._group = group
+        self.port = _free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            "DATABASE_URL": database_url,
+            "JOBSTREAM_HOST": "127.0.0.1",
+            "JOBSTREAM_PORT": str(self.port),
+            # One key for every server process: a restarted server accepts the events_url
+            # tokens its predecessor signed, as a fleet behind a load balancer would.
+            "JOBSTREAM_SECRET_KEY": "e2e-test-secret",
+            "JOBSTREAM_BACKOFF_BASE_S": "0",
+            "JOBSTREAM_BACKOFF_MAX_S": "0",
+            "JOBSTREAM_POLL_INTERVAL_S": "0.2",
+            "JOBSTREAM_HUB_RECHECK_S": "1",
+            "JOBSTREAM_SHUTDOWN_GRACE_S": "1",
+            "JOBSTREAM_LOG_JSON": "true",
+        }
+        self.http = httpx.AsyncClient(base_url=self.base_url, timeout=10)
+        self.server: ManagedProcess | None = None
+        self.worker: ManagedProcess | None = None
+        self._servers_started = 0
+
+    async def start(self) -> None:
+        self.worker = self._group.spawn("worker", self.env, name="worker")
+        await self.start_server()
+
+    async def start_server(self) -> None:
+        self._servers_started += 1
+        server = self._group.spawn("server", self.env, name=f"server-{self._servers_started}")
+        self.server = server
+
+        async def healthz() -> int | None:
+            if server.returncode is not None:
+                raise AssertionError(f"server exited ({server.returncode}):\n{server.output()}")
+            try:
+                return (await self.http.get("/healthz")).status_code
+            except httpx.TransportError:
+                return None
+
+        await eventually(
+            healthz,
+            lambda code: code == 200,
+            what="the server answers /healthz",
+            timeout_s=SERVER_START_TIMEOUT_S,
+            interval_s=0.05,
+        )
+
+    async def kill_server(self) -> None:
+        """SIGKILL, as in a crash: open streams are cut with no goodbye."""
+        assert self.server is not None
+        self.server.kill()
+        await self.server.wait_async(10)
+
+    async def create_job(self, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self.http.post("/api/jobs", json=body)
+        assert response.status_code == 202, response.text
+        job: dict[str, Any] = response.json()
+        return job
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+def _test_dir(request: pytest.FixtureRequest) -> Path:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+    path = OUTPUT_DIR / "e2e" / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+@pytest.fixture
+def output_dir(request: pytest.FixtureRequest) -> Path:
+    return _test_dir(request)
+
+
+@pytest.fixture
+def process_group(output_dir: Path) -> Iterator[Processes]:
+    with processes(output_dir) as group:
+        yield group
+
+
+@pytest.fixture
+async def stack(process_group: Processes, database_url: str) -> AsyncIterator[Stack]:
+    stack = Stack(process_group, database_url)
+    try:
+        await stack.start()
+        yield stack
+    finally:
+        await stack.aclose()
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make browser` installs Debian's chromium")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+async def browser(chromium: Path) -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        # launch() gives the browser a fresh temporary profile (user-data dir) of its own.
+        browser = await playwright.chromium.launch(
+            executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True
+        )
+        yield browser
+        await browser.close()
+
+
+@pytest.fixture
+async def page(browser: Browser, stack: Stack) -> AsyncIterator[Page]:
+    context = await browser.new_context(
+        base_url=stack.base_url, viewport={"width": 1280, "height": 900}
+    )
+    context.set_default_timeout(20_000)
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        yield page
+    finally:
+        await context.close()
+    assert not errors, f"uncaught errors in the page: {errors}"

@@ -1,0 +1,260 @@
+"""The browser page, end to end: real Chromium, real server and worker processes, PostgreSQL.
+
+Jobs use the simulated provider's "count" pattern: the i-th token is "{i} ", so the exact final
+text proves there was no gap and no duplicate. An init script records every value the output,
+status and connection indicator take, so the tests also check what the user saw on the way:
+every text shown is a prefix of the final text (a duplicate or a gap would break that).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from playwright.async_api import Page, Route, expect
+
+from tests.e2e.conftest import OUTPUT_DIR, Stack
+
+pytestmark = pytest.mark.e2e
+
+FINISH_TIMEOUT_MS = 30_000
+
+WATCH_SCRIPT = """
+window.__seen = { outputs: [], statuses: [], connections: [] };
+const push = (list, value) => { if (list[list.length - 1] !== value) list.push(value); };
+document.addEventListener("readystatechange", () => {
+  if (document.readyState !== "interactive") return;
+  const watch = (testid, list, read, options) => {
+    const el = document.querySelector(`[data-testid="${testid}"]`);
+    new MutationObserver(() => push(list, read(el))).observe(el, options);
+  };
+  const text = { characterData: true, childList: true, subtree: true };
+  watch("output", window.__seen.outputs, (el) => el.textContent, text);
+  watch("status", window.__seen.statuses, (el) => el.textContent, text);
+  watch("connection", window.__seen.connections, (el) => el.dataset.state,
+        { attributes: true, attributeFilter: ["data-state"] });
+});
+"""
+
+
+class Seen(TypedDict):
+    outputs: list[str]
+    statuses: list[str]
+    connections: list[str]
+
+
+def count_text(tokens: int) -> str:
+    return "".join(f"{i} " for i in range(tokens))
+
+
+def count_job(tokens: int, tokens_per_second: float, **simulate: Any) -> dict[str, Any]:
+    return {
+        "prompt": "count for the browser",
+        "max_tokens": tokens,
+        "simulate": {
+            "pattern": "count",
+            "tokens": tokens,
+            "tokens_per_second": tokens_per_second,
+            "first_token_delay_s": 0,
+            **simulate,
+        },
+    }
+
+
+async def open_page(page: Page, path: str) -> None:
+    await page.add_init_script(WATCH_SCRIPT)
+    await page.goto(path)
+
+
+async def seen(page: Page) -> Seen:
+    value: Seen = await page.evaluate("window.__seen")
+    return value
+
+
+async def wait_for_tokens(page: Page, tokens: int) -> None:
+    """Until the output shows at least `tokens` tokens of the count pattern."""
+    await page.wait_for_function(
+        "n => document.querySelector('[data-testid=output]').textContent.length >= n",
+        arg=len(count_text(tokens)),
+    )
+
+
+async def expect_finished(page: Page, status: str, text: str | None = None) -> None:
+    await expect(page.get_by_test_id("status")).to_have_text(status, timeout=FINISH_TIMEOUT_MS)
+    if text is not None:
+        assert await page.get_by_test_id("output").text_content() == text
+    # The page swaps in result.text (and says so) only if its own reassembly went wrong.
+    await expect(page.locator("[data-kind=mismatch]")).to_have_count(0)
+
+
+def assert_prefixes(outputs: list[str], expected: str) -> None:
+    wrong = [value[-60:] for value in outputs if not expected.startswith(value)]
+    assert not wrong, f"the page showed text that is not a prefix of the final text: {wrong}"
+
+
+async def submit_form(page: Page, tokens: int, speed: float, *, pattern: str = "count") -> str:
+    """Fill the form, start the job; the job's id once its view is open."""
+    await open_page(page, "/")
+    await page.get_by_label("Prompt").fill("Why do leases make background jobs safe?")
+    await page.get_by_label("Max tokens", exact=True).fill(str(tokens))
+    await page.get_by_label("Speed").fill(str(speed))
+    await page.get_by_label("Tokens (blank = max tokens)").fill(str(tokens))
+    await page.get_by_label("Pattern").select_option(pattern)
+    await page.get_by_role("button", name="Start job").click()
+    await page.wait_for_url("**/jobs/*")
+    return page.url.rsplit("/", 1)[-1]
+
+
+async def test_submitted_job_streams_live_and_ends_exact(page: Page) -> None:
+    tokens = 120
+    job_id = await submit_form(page, tokens, speed=60)
+
+    # Tokens appear while the job still runs: streamed, not delivered at the end.
+    await page.wait_for_function(
+        """() => document.querySelector('[data-testid=output]').textContent.length > 0
+                 && document.querySelector('[data-testid=status]').textContent === 'running'"""
+    )
+    await expect_finished(page, "succeeded", count_text(tokens))
+    observed = await seen(page)
+    assert_prefixes(observed["outputs"], count_text(tokens))
+    assert len(observed["outputs"]) > 3, "the text arrived in one piece, not as a stream"
+    assert "live" in observed["connections"]
+    # The browser's recent jobs list has it, with its final status.
+    recent = page.get_by_test_id("recent-jobs").locator(f"li[data-id='{job_id}'] .pill")
+    await expect(recent).to_have_text("succeeded")
+
+
+async def test_reload_mid_stream_resumes_without_gap_or_duplicate(page: Page, stack: Stack) -> None:
+    tokens = 200
+    expected = count_text(tokens)
+    job = await stack.create_job(count_job(tokens, tokens_per_second=50))
+    await open_page(page, f"/jobs/{job['id']}")
+    await wait_for_tokens(page, 30)
+    before = await seen(page)
+
+    await page.reload()
+    await expect_finished(page, "succeeded", expected)
+    after = await seen(page)
+    assert_prefixes(before["outputs"] + after["outputs"], expected)
+    # The snapshot showed the text so far at once: the first text after the reload was not
+    # a handful of fresh tokens but at least what the page had before it.
+    first_shown = next(value for value in after["outputs"] if value)
+    assert len(first_shown) >= len(before["outputs"][-1])
+
+
+async def test_server_restart_mid_stream_reconnects_by_itself(page: Page, stack: Stack) -> None:
+    tokens = 300
+    expected = count_text(tokens)
+    job = await stack.create_job(count_job(tokens, tokens_per_second=40))
+    await open_page(page, f"/jobs/{job['id']}")
+    await wait_for_tokens(page, 20)
+
+    await stack.kill_server()
+    await expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "reconnecting")
+    await stack.start_server()
+
+    await expect_finished(page, "succeeded", expected)
+    observed = await seen(page)
+    assert_prefixes(observed["outputs"], expected)
+    states = observed["connections"]
+    assert "polling" not in states, f"EventSource should have reconnected itself: {states}"
+    assert "live" in states[states.index("reconnecting") :], states
+
+
+async def test_fault_on_first_attempt_shows_reset_and_retry(page: Page, stack: Stack) -> None:
+    tokens = 120
+    expected = count_text(tokens)
+    fault = {"attempt": 1, "after_tokens": 40, "kind": "transient"}
+    job = await stack.create_job(count_job(tokens, tokens_per_second=60, faults=[fault]))
+    await open_page(page, f"/jobs/{job['id']}")
+
+    await expect_finished(page, "succeeded", expected)
+    observed = await seen(page)
+    assert_prefixes(observed["outputs"], expected)
+    # Attempt 1's partial text was on screen, then cleared by the reset.
+    first_attempt = count_text(40)
+    assert first_attempt in observed["outputs"], "attempt 1 did not stream all its text"
+    assert "" in observed["outputs"][observed["outputs"].index(first_attempt) :]
+    notes = page.get_by_test_id("notes")
+    await expect(notes.locator("[data-kind=reset]")).to_contain_text("Attempt 2 started")
+    await expect(notes).to_contain_text("Attempt 1 failed: transient")
+    await expect(page.get_by_test_id("attempts")).to_have_text("2 of 3")
+
+
+async def test_without_event_source_the_page_polls_to_the_exact_end(
+    page: Page, stack: Stack
+) -> None:
+    tokens = 100
+    expected = count_text(tokens)
+    job = await stack.create_job(count_job(tokens, tokens_per_second=60))
+    await page.add_init_script("delete window.EventSource")
+    await open_page(page, f"/jobs/{job['id']}")
+
+    await expect(page.get_by_test_id("notes")).to_contain_text("has no EventSource")
+    await expect_finished(page, "succeeded", expected)
+    observed = await seen(page)
+    assert_prefixes(observed["outputs"], expected)
+    assert "polling" in observed["connections"]
+    assert "live" not in observed["connections"]
+
+
+async def test_refused_stream_falls_back_to_polling(page: Page, stack: Stack) -> None:
+    tokens = 80
+    expected = count_text(tokens)
+    job = await stack.create_job(count_job(tokens, tokens_per_second=60))
+
+    async def refuse_streams(route: Route) -> None:
+        # A proxy that will not pass text/event-stream: EventSource gets a 502, which it
+        # never retries. The long-poll requests (Accept: application/json) go through.
+        if "text/event-stream" in (route.request.headers.get("accept") or ""):
+            await route.fulfill(status=502, body="stream refused")
+        else:
+            await route.continue_()
+
+    await page.route("**/api/jobs/*/events*", refuse_streams)
+    await open_page(page, f"/jobs/{job['id']}")
+
+    await expect(page.get_by_test_id("notes")).to_contain_text("stream was refused")
+    await expect_finished(page, "succeeded", expected)
+    assert_prefixes((await seen(page))["outputs"], expected)
+
+
+async def test_cancel_running_job_ends_cancelled(page: Page, stack: Stack) -> None:
+    job = await stack.create_job(count_job(5000, tokens_per_second=25))
+    await open_page(page, f"/jobs/{job['id']}")
+    await wait_for_tokens(page, 5)
+
+    cancel = page.get_by_role("button", name="Cancel job")
+    await cancel.click()
+    await expect_finished(page, "cancelled")
+    await expect(cancel).to_be_hidden()
+    statuses = (await seen(page))["statuses"]
+    assert statuses[-1] == "cancelled"
+    assert "running" in statuses
+    assert_prefixes((await seen(page))["outputs"], count_text(5000))
+
+
+async def test_finished_job_view_screenshot(page: Page, output_dir: Path) -> None:
+    """The job view after a retried job: what the README shows."""
+    await page.set_viewport_size({"width": 1180, "height": 860})
+    await open_page(page, "/")
+    await page.get_by_label("Prompt").fill(
+        "Explain how a lease keeps a background job from running twice, in one paragraph."
+    )
+    await page.get_by_label("Speed").fill("120")
+    await page.get_by_label("Tokens (blank = max tokens)").fill("90")
+    await page.get_by_label("Fault").select_option("transient")
+    await page.get_by_label("after").fill("25")
+    await page.get_by_role("button", name="Start job").click()
+    await page.wait_for_url("**/jobs/*")
+
+    await expect_finished(page, "succeeded")
+    await expect(page.get_by_test_id("attempt-history").locator("tbody tr")).to_have_count(2)
+    await expect(page.get_by_test_id("cost")).to_have_text(re.compile(r"\$\d"))
+    shot = output_dir / "job-view.png"
+    await page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    shutil.copyfile(shot, OUTPUT_DIR / "job-view.png")
