@@ -166,6 +166,12 @@ async def succeed(pool: asyncpg.Pool, held: Claimed, text: str, usage: Usage, cl
         )
 
 
+def _usage_event(usage: Usage | None) -> list[NewEvent]:
+    """An attempt that ends any way but success still tells its readers what it used, when the
+    provider told us (API.md: `usage` when known); our estimates stay in the attempt history."""
+    return [NewEvent("usage", usage.to_json())] if usage is not None and usage.cost_known else []
+
+
 FailureAction = Literal["retry", "fail", "dead"]
 
 
@@ -185,7 +191,7 @@ async def fail(
     `error` is `{"class", "message"}`; `retry_in_s` is used only with action "retry".
     """
     async with pool.acquire() as conn, conn.transaction():
-        new_events = [NewEvent("error", error)]
+        new_events = [*_usage_event(usage), NewEvent("error", error)]
         if action == "retry":
             row = await conn.fetchrow(
                 queries.REQUEUE_JOB, held.job_id, held.run_token, retry_in_s, error, clock.now(), 0
@@ -244,7 +250,10 @@ async def confirm_cancel(
             conn,
             held.job_id,
             held.attempt,
-            [NewEvent("done", {"status": "cancelled", "error": row["error"]})],
+            [
+                *_usage_event(usage),
+                NewEvent("done", {"status": "cancelled", "error": row["error"]}),
+            ],
             run_token=None,
         )
 
@@ -274,7 +283,7 @@ async def hand_back(pool: asyncpg.Pool, held: Claimed, usage: Usage | None, cloc
             conn,
             held.job_id,
             held.attempt,
-            [NewEvent("status", {"status": "queued", "error": error})],
+            [*_usage_event(usage), NewEvent("status", {"status": "queued", "error": error})],
             run_token=None,
         )
 
