@@ -220,19 +220,21 @@ class AttemptRunner:
             log.info("attempt_fenced", reason=ending.reason)
             return "fenced"
         try:
+            chunk = self._coalescer.take()
+            if chunk:
+                # The append fence admits `cancelling` too: a refusal here means we lost the job.
+                await self._persist(lambda: attempts.append_tokens(self._pool, self.held, [chunk]))
             try:
-                chunk = self._coalescer.take()
-                if chunk:
-                    await self._persist(
-                        lambda: attempts.append_tokens(self._pool, self.held, [chunk])
-                    )
                 return await self._record(ending)
-            except Fenced:
+            except Fenced as refused:
                 if isinstance(ending, CancelRequested):
                     raise
-                # Refused. If the job is `cancelling` under our token, the cancel wins (a
-                # cancelled job never turns succeeded); if not, this is refused too.
-                return await self._confirm_cancel()
+                # Refused because the job is `cancelling` under our token? Then the cancel wins
+                # (a cancelled job never turns succeeded). Otherwise we were fenced out.
+                try:
+                    return await self._confirm_cancel()
+                except Fenced:
+                    raise refused from None
         except Fenced as exc:
             log.info("attempt_fenced", reason=str(exc))
             return "fenced"

@@ -11,6 +11,7 @@ import pytest
 
 from jobstream import attempts
 from jobstream.settings import Settings
+from tests.support.polling import signalled
 from tests.support.workers import (
     attempt_rows,
     counted_text,
@@ -34,7 +35,7 @@ async def test_a_job_streams_to_success(pool: asyncpg.Pool, settings: Settings) 
     job_id = await create_job(pool, prompt="one two three", simulate=fast(30))
     async with running_worker(settings, pool=pool) as worker:
         job = await wait_for_status(pool, job_id, "succeeded")
-        await worker.wait_idle()
+        await signalled(worker.wait_idle(), what="the worker is idle")
     log = await event_list(pool, job_id)
     assert summary(log) == [
         (0, "status", "queued"),

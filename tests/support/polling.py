@@ -32,3 +32,12 @@ async def eventually(
                 f"timed out after {timeout_s} s waiting until {what}; last: {value!r}"
             )
         await asyncio.sleep(interval_s)
+
+
+async def signalled(waiter: Awaitable[object], *, what: str, timeout_s: float = 10.0) -> None:
+    """Await an event-like `waiter` (an Event.wait(), a wait_idle()), with a deadline."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await waiter
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout_s} s waiting until {what}") from None

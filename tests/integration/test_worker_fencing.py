@@ -1,0 +1,136 @@
+"""Fencing (DESIGN.md §4.2): a stale attempt's writes change nothing, and the attempt stops."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+
+import asyncpg
+
+from jobstream import attempts
+from jobstream.attempts import Claimed
+from jobstream.clock import ManualClock
+from jobstream.errors import Fenced
+from jobstream.settings import Settings
+from jobstream.usage import Usage
+from tests.support.gated_provider import GatedProvider
+from tests.support.polling import eventually, signalled
+from tests.support.workers import (
+    attempt_rows,
+    counted_text,
+    create_job,
+    event_list,
+    fast,
+    job_row,
+    manual_clock,
+    reassemble,
+    running_worker,
+    wait_for_status,
+)
+
+LEASE_S = 30.0
+
+
+async def expire_and_reap(pool: asyncpg.Pool, clock: ManualClock) -> None:
+    clock.advance(LEASE_S + 1)
+    assert await attempts.reap_expired(pool, clock) == 1
+
+
+async def claim(pool: asyncpg.Pool, clock: ManualClock, worker_id: str) -> Claimed:
+    held = await attempts.claim(
+        pool, providers=["simulated"], worker_id=worker_id, lease_s=LEASE_S, clock=clock
+    )
+    assert held is not None
+    return held
+
+
+async def state(pool: asyncpg.Pool, job_id: uuid.UUID) -> tuple[object, ...]:
+    return (
+        await job_row(pool, job_id),
+        await attempt_rows(pool, job_id),
+        await event_list(pool, job_id),
+    )
+
+
+async def test_every_write_with_a_stale_run_token_changes_nothing(pool: asyncpg.Pool) -> None:
+    clock = manual_clock()
+    job_id = await create_job(pool, simulate=fast(5))
+    stale = await claim(pool, clock, "first")
+    await expire_and_reap(pool, clock)
+    current = await claim(pool, clock, "second")
+    assert current.attempt == 2 and current.run_token != stale.run_token
+    before = await state(pool, job_id)
+    usage = Usage(output_tokens=1, cost_usd=Decimal("0.01"))
+    writes = {
+        "renew": attempts.renew(pool, stale, LEASE_S, clock),
+        "append_tokens": attempts.append_tokens(pool, stale, ["stale "]),
+        "succeed": attempts.succeed(pool, stale, "stale", usage, clock),
+        "fail": attempts.fail(
+            pool,
+            stale,
+            action="fail",
+            outcome="failed",
+            error={"class": "permanent", "message": "stale"},
+            usage=usage,
+            retry_in_s=0,
+            clock=clock,
+        ),
+        "hand_back": attempts.hand_back(pool, stale, usage, clock),
+        "confirm_cancel": attempts.confirm_cancel(
+            pool, stale, usage, clock, provider_confirmed=True
+        ),
+    }
+    refused = []
+    for name, write in writes.items():
+        try:
+            await write
+        except Fenced:
+            refused.append(name)
+    assert refused == list(writes)
+    assert await state(pool, job_id) == before
+    # The current attempt is unaffected and completes.
+    await attempts.succeed(pool, current, "0 1 ", usage, clock)
+    assert (await job_row(pool, job_id))["status"] == "succeeded"
+
+
+async def test_a_stale_worker_is_fenced_out_and_stops_its_attempt(
+    pool: asyncpg.Pool, settings: Settings
+) -> None:
+    clock = manual_clock()
+    settings = settings.replace(lease_s=LEASE_S)
+    slow = GatedProvider(before=2, after=1, ends=False)
+    job_id = await create_job(pool, simulate=fast(8))
+    async with running_worker(
+        settings.replace(worker_id="stale", worker_concurrency=1),
+        pool=pool,
+        clock=clock,
+        providers={"simulated": slow},
+    ) as stale_worker:
+        await signalled(slow.waiting.wait(), what="the stale attempt streams")
+        await eventually(
+            lambda: event_list(pool, job_id),
+            lambda log: reassemble(log) == "0 1 ",
+            what="the stale attempt's first tokens are persisted",
+        )
+        # The stale worker's attempt stalls past its lease (its one slot still busy, so it
+        # claims nothing else); the reaper moves on.
+        await expire_and_reap(pool, clock)
+        async with running_worker(
+            settings.replace(worker_id="current"), pool=pool, clock=clock
+        ) as current_worker:
+            job = await wait_for_status(pool, job_id, "succeeded")
+            await signalled(current_worker.wait_idle(), what="the current worker is idle")
+        reaped_at = max(e.seq for e in await event_list(pool, job_id) if e.attempt == 1)
+        # The stale worker wakes up and writes its next tokens: refused, and it stops.
+        slow.gate.set()
+        await signalled(slow.cancelled.wait(), what="the stale stream is cancelled")
+        await signalled(stale_worker.wait_idle(), what="the stale worker is idle")
+        assert stale_worker.results == {"fenced": 1}
+        assert current_worker.results == {"succeeded": 1}
+    log = await event_list(pool, job_id)
+    assert max(e.seq for e in log if e.attempt == 1) == reaped_at  # nothing written after
+    assert job["result"]["text"] == reassemble(log) == counted_text(8)
+    first, second = await attempt_rows(pool, job_id)
+    assert (first["worker_id"], first["outcome"]) == ("stale", "lost")
+    assert (second["worker_id"], second["outcome"]) == ("current", "succeeded")
+    assert await job_row(pool, job_id) == job
