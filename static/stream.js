@@ -85,11 +85,17 @@ export class JobFollower {
       // Once, try again with a fresh events_url (its signed token may have expired); then poll.
       this.closeStream();
       this.refused += 1;
-      if (this.refused === 1 && (await this.refreshUrl()) && !this.finished) {
-        this.openStream();
-      } else if (!this.finished) {
-        this.poll("The live stream was refused, so the page polls for events instead.");
+      let fresh = false;
+      try {
+        fresh = this.refused === 1 && (await this.refreshUrl());
+      } catch (err) {
+        this.finish();
+        this.view.gone(err);
+        return;
       }
+      if (this.finished) return;
+      if (fresh) this.openStream();
+      else this.poll("The live stream was refused, so the page polls for events instead.");
     };
     for (const type of EVENT_TYPES) {
       source.addEventListener(type, (message) => {
@@ -163,6 +169,7 @@ export class JobFollower {
   async poll(reason) {
     const signal = this.stopper.signal;
     let failures = 0;
+    let refreshed = false;
     this.view.connection("polling", reason);
     while (!this.finished && !signal.aborted) {
       let body;
@@ -171,11 +178,15 @@ export class JobFollower {
         const response = await fetch(url, {
           headers: { Accept: "application/json" }, cache: "no-store", signal,
         });
-        if (response.status === 404) throw new ApiError(404, await response.json().catch(() => null));
-        if ((response.status === 401 || response.status === 403) && failures === 0) {
-          failures += 1;
-          await this.refreshUrl(); // the signed token expired or another server signed it
-          continue;
+        if ([401, 403, 404].includes(response.status)) {
+          // The server answers 404 for a bad token too: its signature may have expired, so
+          // fetch a fresh events_url once; if the job itself is gone, that says so.
+          if (!refreshed) {
+            refreshed = true;
+            await this.refreshUrl();
+            continue;
+          }
+          throw new ApiError(response.status, await response.json().catch(() => null));
         }
         if (!response.ok) throw new Error(`HTTP ${response.status}`);
         body = await response.json();
@@ -188,13 +199,12 @@ export class JobFollower {
         }
         failures += 1;
         this.view.connection("polling-retry", reason);
-        await sleep(Math.min(10_000, 500 * 2 ** failures), signal);
-        // A signed events_url may have expired: a fresh snapshot brings a fresh one.
-        if (failures % 3 === 0) await this.refreshUrl();
+        await sleep(Math.min(10_000, 250 * 2 ** failures), signal);
         continue;
       }
       if (failures) this.view.connection("polling", reason);
       failures = 0;
+      refreshed = false;
       let resync = false;
       for (const evt of body.events) {
         if (this.apply(evt) === "resync") { resync = true; break; }
@@ -212,13 +222,16 @@ export class JobFollower {
     }
   }
 
+  // A fresh events_url (with a freshly signed token) from the job resource. Throws ApiError
+  // when the job is gone; false when the server cannot be reached.
   async refreshUrl() {
     try {
       const job = await getJob(this.jobId, this.stopper.signal);
       this.eventsUrl = job.events_url;
       return true;
-    } catch {
-      return false; // still unreachable: the caller backs off or polls
+    } catch (err) {
+      if (err instanceof ApiError) throw err;
+      return false;
     }
   }
 }
