@@ -1,0 +1,173 @@
+"""The hub under stress: a lost LISTEN connection, many readers of one job, a reader that stalls."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from jobstream.settings import Settings
+from server.app import create_app
+from server.hub import Hub
+from tests.support import attempt_driver as drive
+from tests.support.http_server import serve
+from tests.support.polling import eventually
+from tests.support.sse_client import read_stream, reassemble
+
+
+@dataclass
+class Served:
+    url: str
+    hub: Hub
+    client: httpx.AsyncClient
+
+
+@pytest.fixture
+def hub_settings(request: pytest.FixtureRequest, settings: Settings) -> Settings:
+    """The test settings, with what a test passes through `indirect` parametrization."""
+    return settings.replace(**getattr(request, "param", {}))
+
+
+@pytest.fixture
+async def served(hub_settings: Settings) -> AsyncIterator[Served]:
+    app = create_app(hub_settings)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with (
+        serve(app) as url,
+        httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client,
+    ):
+        yield Served(url, app.state.js.hub, client)
+
+
+async def create(client: httpx.AsyncClient) -> dict[str, Any]:
+    response = await client.post("/api/jobs", json={"prompt": "p"})
+    assert response.status_code == 202
+    job: dict[str, Any] = response.json()
+    return job
+
+
+async def until_followers(hub: Hub, n: int) -> None:
+    async def followers() -> int:
+        return hub.subscribers
+
+    await eventually(followers, lambda count: count == n, what=f"{n} streams follow the job")
+
+
+async def hub_backend(pool: asyncpg.Pool) -> int | None:
+    pid: int | None = await pool.fetchval(
+        "SELECT pid FROM pg_stat_activity"
+        " WHERE application_name = 'jobstream-hub' AND datname = current_database()"
+    )
+    return pid
+
+
+@pytest.mark.parametrize("hub_settings", [{"hub_recheck_s": 60.0}], indirect=True)
+async def test_streams_go_on_when_the_listen_connection_is_killed(
+    served: Served, pool: asyncpg.Pool
+) -> None:
+    # A 60 s re-check cannot deliver in time: only the reconnect and its re-read can.
+    job = await create(served.client)
+    held = await drive.claim(pool)
+    reader = asyncio.create_task(read_stream(served.client, job["events_url"]))
+    await until_followers(served.hub, 1)
+    await drive.tokens(pool, held, drive.count_tokens(0, 10))
+    old = await hub_backend(pool)
+    assert old is not None
+    assert await pool.fetchval("SELECT pg_terminate_backend($1)", old)
+    # Appended while the listener is down or reconnecting: its NOTIFY is lost.
+    await drive.tokens(pool, held, drive.count_tokens(10, 20))
+    await eventually(
+        lambda: hub_backend(pool), lambda pid: pid not in (None, old), what="the hub reconnects"
+    )
+    await drive.tokens(pool, held, drive.count_tokens(20, 30))
+    await drive.succeed(pool, held, "".join(drive.count_tokens(0, 30)))
+    got = await asyncio.wait_for(reader, 10)
+    seqs = [e["seq"] for e in got.events]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert reassemble(got.events) == "".join(drive.count_tokens(0, 30))
+
+
+async def test_two_hundred_readers_of_one_job_get_every_event_from_one_read_per_wake_up(
+    served: Served, pool: asyncpg.Pool
+) -> None:
+    job = await create(served.client)
+    readers = [
+        asyncio.create_task(read_stream(served.client, job["events_url"])) for _ in range(200)
+    ]
+    await until_followers(served.hub, 200)
+    reads_before = served.hub.reads
+    held = await drive.claim(pool)
+    flushes = 30
+    for i in range(flushes):
+        await drive.tokens(pool, held, drive.count_tokens(i, i + 1))
+    text = "".join(drive.count_tokens(0, flushes))
+    await drive.succeed(pool, held, text)
+    received = await asyncio.wait_for(asyncio.gather(*readers), 60)
+    expected = list(range(1, flushes + 5 + 1))  # queued, reset, running, tokens, usage, done
+    for got in received:
+        assert [e["seq"] for e in got.events] == expected
+        assert reassemble(got.events) == text
+    # Fan-out: one read per wake-up (bursts coalesce into fewer), never one per reader.
+    assert served.hub.reads - reads_before <= flushes + 3 + 5
+
+
+@pytest.mark.parametrize("hub_settings", [{"subscriber_buffer": 8}], indirect=True)
+async def test_a_stalled_reader_is_cut_off_and_slows_nobody(
+    served: Served, pool: asyncpg.Pool
+) -> None:
+    job = await create(served.client)
+    held = await drive.claim(pool)
+    healthy = [asyncio.create_task(read_stream(served.client, job["events_url"])) for _ in range(3)]
+    stalled = await _stalled_reader(served.url, job["events_url"])
+    try:
+        await until_followers(served.hub, 4)
+        # Big events fill the stalled reader's socket, then its buffer of 8: it is cut off.
+        chunk = "x" * 16_000
+        sent: list[str] = []
+        for _ in range(400):
+            await drive.tokens(pool, held, [chunk])
+            sent.append(chunk)
+            if served.hub.cut_off:
+                break
+        assert served.hub.cut_off == 1
+        await until_followers(served.hub, 3)
+        await drive.succeed(pool, held, "".join(sent))
+        for got in await asyncio.wait_for(asyncio.gather(*healthy), 30):
+            assert got.events[-1]["type"] == "done"
+            assert reassemble(got.events) == "".join(sent)
+        # The stalled reader, reading at last, finds its stream ended before `done`.
+        rest = await asyncio.wait_for(asyncio.to_thread(_read_to_end, stalled), 30)
+        assert b"event: token" in rest
+        assert b"event: done" not in rest
+    finally:
+        stalled.close()
+
+
+async def _stalled_reader(base_url: str, path: str) -> socket.socket:
+    """A client that asks for the stream and then never reads: a tiny window, never drained."""
+    host, port = base_url.removeprefix("http://").split(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    request = (
+        f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n"
+        f"X-Request-Id: {uuid.uuid4()}\r\n\r\n"
+    )
+    sock.sendall(request.encode())
+    return sock
+
+
+def _read_to_end(sock: socket.socket) -> bytes:
+    """Everything until the response ends: the last chunk of its body, or the socket closing."""
+    sock.settimeout(20)
+    data = bytearray()
+    while not data.endswith(b"\r\n0\r\n\r\n") and (chunk := sock.recv(65536)):
+        data += chunk
+    return bytes(data)
