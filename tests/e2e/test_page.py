@@ -146,7 +146,7 @@ async def test_reload_mid_stream_resumes_without_gap_or_duplicate(page: Page, st
 
 
 async def test_server_restart_mid_stream_reconnects_by_itself(page: Page, stack: Stack) -> None:
-    tokens = 300
+    tokens = 200
     expected = count_text(tokens)
     job = await stack.create_job(count_job(tokens, tokens_per_second=40))
     await open_page(page, f"/jobs/{job['id']}")
