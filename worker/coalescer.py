@@ -19,16 +19,21 @@ class Coalescer:
         self.deltas = 0  # deltas received: our count of output tokens
 
     def add(self, text: str, now: float) -> bool:
-        """Take a delta; True when enough bytes are pending to flush at once."""
+        """Take a delta; True when a flush is due now (enough bytes, or waited long enough).
+
+        The time check matters when deltas arrive back to back: the runner's flush timer only
+        fires while it waits, and a busy stream never makes it wait.
+        """
         self.deltas += 1
         self._output.append(text)
-        if not text:
-            return False
-        self._pending.append(text)
-        self._pending_bytes += len(text.encode())
-        if self._due_at is None:
-            self._due_at = now + self._interval_s
-        return self._pending_bytes >= self._max_bytes
+        if text:
+            self._pending.append(text)
+            self._pending_bytes += len(text.encode())
+            if self._due_at is None:
+                self._due_at = now + self._interval_s
+        return self._pending_bytes >= self._max_bytes or (
+            self._due_at is not None and now >= self._due_at
+        )
 
     @property
     def due_at(self) -> float | None:

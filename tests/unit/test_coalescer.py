@@ -14,9 +14,10 @@ def test_the_first_pending_delta_starts_the_interval() -> None:
     assert c.add("a", now=10.0) is False
     assert c.add("b", now=10.04) is False
     assert c.due_at == 10.05  # from the oldest delta, not the newest
-    assert c.take() == "ab"
+    assert c.add("c", now=10.05) is True  # deltas back to back: the deadline passed meanwhile
+    assert c.take() == "abc"
     assert c.due_at is None
-    c.add("c", now=11.0)
+    c.add("d", now=11.0)
     assert c.due_at == 11.05
 
 
