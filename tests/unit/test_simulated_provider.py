@@ -34,6 +34,11 @@ def request(
     )
 
 
+def instant() -> SimulatedProvider:
+    """The provider with its pauses recorded rather than waited out: the unit tier never sleeps."""
+    return SimulatedProvider(sleep=RecordedSleeps())
+
+
 async def collect(provider: SimulatedProvider, req: ProviderRequest) -> list[StreamItem]:
     return [item async for item in provider.stream(req)]
 
@@ -43,7 +48,7 @@ def text_of(items: list[StreamItem]) -> str:
 
 
 async def test_words_pattern_cycles_the_prompt_and_ends_with_usage() -> None:
-    items = await collect(SimulatedProvider(), request({"tokens": 5, "tokens_per_second": 0}))
+    items = await collect(instant(), request({"tokens": 5, "tokens_per_second": 0}))
     assert text_of(items) == "alpha beta gamma alpha beta "
     assert items[-1] == Usage(
         input_tokens=3, output_tokens=5, cost_usd=Decimal("0.000010"), cost_known=True
@@ -52,7 +57,7 @@ async def test_words_pattern_cycles_the_prompt_and_ends_with_usage() -> None:
 
 async def test_count_pattern_numbers_each_token_from_zero() -> None:
     req = request({"tokens": 4, "pattern": "count", "tokens_per_second": 0})
-    items = await collect(SimulatedProvider(), req)
+    items = await collect(instant(), req)
     assert [i.text for i in items if isinstance(i, TextDelta)] == ["0 ", "1 ", "2 ", "3 "]
     assert text_of(items) == expected_text("ignored", 4, "count")
 
@@ -74,8 +79,8 @@ async def test_rate_and_first_token_delay_set_the_pauses() -> None:
 
 async def test_output_is_deterministic() -> None:
     simulate = {"tokens": 20, "tokens_per_second": 0}
-    first = await collect(SimulatedProvider(), request(simulate))
-    second = await collect(SimulatedProvider(), request(simulate))
+    first = await collect(instant(), request(simulate))
+    second = await collect(instant(), request(simulate))
     assert first == second
     assert text_of(first) == expected_text("alpha beta gamma", 20)
 
@@ -96,13 +101,13 @@ async def test_a_fault_fails_its_attempt_after_the_given_tokens(
     simulate = {"tokens": 10, "tokens_per_second": 0, "faults": [fault]}
     received: list[StreamItem] = []
     with pytest.raises(ProviderError) as caught:
-        async for item in SimulatedProvider().stream(request(simulate, attempt=2)):
+        async for item in instant().stream(request(simulate, attempt=2)):
             received.append(item)
     assert caught.value.kind == error_kind
     assert caught.value.status_code == status
     assert text_of(received) == "alpha beta gamma "
     # Other attempts are unaffected.
-    clean = await collect(SimulatedProvider(), request(simulate, attempt=1))
+    clean = await collect(instant(), request(simulate, attempt=1))
     assert isinstance(clean[-1], Usage)
 
 
@@ -112,7 +117,7 @@ async def test_rate_limited_carries_retry_after_default_one_second() -> None:
         ({"attempt": 1, "after_tokens": 0, "kind": "rate_limited", "retry_after_s": 7}, 7.0),
     ]:
         with pytest.raises(ProviderError) as caught:
-            await collect(SimulatedProvider(), request({"faults": [fault], "tokens": 1}))
+            await collect(instant(), request({"faults": [fault], "tokens": 1}))
         assert caught.value.retry_after_s == expected
 
 
@@ -120,7 +125,7 @@ async def test_a_fault_past_the_last_token_breaks_the_stream_before_its_usage() 
     fault = {"attempt": 1, "after_tokens": 99, "kind": "drop"}
     received: list[StreamItem] = []
     with pytest.raises(ProviderError):
-        async for item in SimulatedProvider().stream(
+        async for item in instant().stream(
             request({"tokens": 2, "tokens_per_second": 0, "faults": [fault]})
         ):
             received.append(item)
@@ -134,7 +139,7 @@ async def test_timeout_fault_hangs_until_the_consumer_times_out() -> None:
     # The runner meets a hang the same way: its per-attempt timeout cancels the stream.
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.05):
-            async for item in SimulatedProvider().stream(request(simulate)):
+            async for item in instant().stream(request(simulate)):
                 received.append(item)
     assert received == [TextDelta("alpha ")]
 
@@ -153,12 +158,12 @@ async def test_timeout_fault_hangs_until_the_consumer_times_out() -> None:
 )
 async def test_invalid_simulation_is_a_permanent_error(simulate: dict[str, Any]) -> None:
     with pytest.raises(ProviderError) as caught:
-        await collect(SimulatedProvider(), request(simulate))
+        await collect(instant(), request(simulate))
     assert caught.value.kind == "permanent"
     assert caught.value.status_code == 400
 
 
 def test_estimate_cost_uses_the_jobs_price() -> None:
-    provider = SimulatedProvider()
+    provider = instant()
     assert provider.estimate_cost(request({}), 10) == Decimal("0.000020")
     assert provider.estimate_cost(request({"cost_per_token": 0.5}), 3) == Decimal("1.5")
