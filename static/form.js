@@ -97,9 +97,18 @@ export class NewJobForm {
     for (const { field, message } of problem.errors || []) {
       const input = this.inputFor(field);
       const item = document.createElement("li");
-      item.textContent = `${field}: ${message}`;
       list.append(item);
-      if (!input) continue;
+      if (!input) {
+        item.textContent = `${field}: ${message}`;
+        continue;
+      }
+      // Each error in the summary links to its field, named as the form names it.
+      const label = this.form.querySelector(`label[for="${input.id}"]`);
+      const link = document.createElement("a");
+      link.href = `#${input.id}`;
+      link.textContent = `${label ? label.firstChild.textContent.trim() : field}: ${message}`;
+      link.addEventListener("click", (e) => { e.preventDefault(); input.focus(); });
+      item.append(link);
       const id = `error-${input.id}`;
       if (!document.getElementById(id)) {
         const p = document.createElement("p");
@@ -117,11 +126,11 @@ export class NewJobForm {
     (first || this.summary).focus?.();
   }
 
-  // "simulate.faults[0].kind" belongs to the input marked data-field="simulate.faults".
+  // The input marked with the error's field name, else the one whose name prefixes it.
   inputFor(field) {
     const fields = [...this.form.querySelectorAll("[data-field]")];
     return fields.find((el) => el.dataset.field === field)
-      || fields.find((el) => field.startsWith(el.dataset.field))
+      || fields.find((el) => field.startsWith(`${el.dataset.field}.`))
       || null;
   }
 }

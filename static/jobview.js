@@ -196,7 +196,10 @@ export class JobView {
     el.textContent = status;
     el.dataset.status = status;
     const cancel = this.el.cancel;
-    cancel.hidden = !(CANCELLABLE.has(status) || status === "cancelling");
+    const hide = !(CANCELLABLE.has(status) || status === "cancelling");
+    // Focus must not vanish with the button: keyboard users land on the job's heading.
+    if (hide && document.activeElement === cancel) document.getElementById("job-title").focus();
+    cancel.hidden = hide;
     cancel.disabled = status === "cancelling";
     cancel.textContent = status === "cancelling" ? "Cancelling…" : "Cancel job";
     if (TERMINAL.has(status)) this.el.placeholder.hidden = true;
