@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ async def read_stream(
     last_event_id: str | None = None,
     max_events: int | None = None,
     headers: dict[str, str] | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> Received:
     """Read until the server ends the stream, or hang up after `max_events` events."""
     request_headers = {**SSE_HEADERS, **(headers or {})}
@@ -60,6 +62,8 @@ async def read_stream(
                 assert data["type"] == item.event, (item.event, data)
                 got.events.append(data)
                 got.ids.append(item.id)
+                if on_event is not None:
+                    on_event(data)
                 if max_events is not None and len(got.events) >= max_events:
                     return got
         got.ended = True
