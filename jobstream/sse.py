@@ -58,16 +58,22 @@ class Parser:
         self._data: list[str] = []
         self._has_data = False
         self.last_id: str | None = None
+        self._after_cr = False
 
     def feed(self, text: str) -> list[Item]:
         buffer = self._pending + text
         start = 0
+        if self._after_cr and buffer.startswith("\n"):
+            start = 1  # the LF of a CRLF whose CR ended the previous chunk
+        if buffer:
+            self._after_cr = False
         items: list[Item] = []
         while (cut := _line_end(buffer, start)) is not None:
             item = self._line(buffer[start : cut[0]])
             if item is not None:
                 items.append(item)
             start = cut[1]
+            self._after_cr = start == len(buffer) and buffer[-1] == "\r"
         self._pending = buffer[start:]
         return items
 
@@ -100,9 +106,7 @@ def _line_end(buffer: str, start: int) -> tuple[int, int] | None:
     lf, cr = buffer.find("\n", start), buffer.find("\r", start)
     if cr == -1 or (lf != -1 and lf < cr):
         return None if lf == -1 else (lf, lf + 1)
-    if cr + 1 == len(buffer):
-        return None  # a CR at the end may be half of a CRLF still on its way
-    return cr, cr + 2 if buffer[cr + 1] == "\n" else cr + 1
+    return cr, cr + 2 if buffer[cr + 1 : cr + 2] == "\n" else cr + 1
 
 
 async def items(response: httpx.Response) -> AsyncIterator[Item]:

@@ -1,0 +1,51 @@
+"""A subscriber's bounded buffer: delivers in order, cuts off instead of growing."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from jobstream.events import Event
+from server.subscription import Subscription, SubscriptionClosed
+
+
+def events(*seqs: int) -> list[Event]:
+    return [Event(seq, "token", 1, {"text": str(seq)}, datetime.now(UTC)) for seq in seqs]
+
+
+def subscription(limit: int, released: list[Subscription]) -> Subscription:
+    return Subscription(uuid.uuid4(), limit, released.append)
+
+
+async def test_batches_arrive_in_order_and_wake_the_reader() -> None:
+    sub = subscription(10, [])
+    reader = asyncio.create_task(sub.get())
+    await asyncio.sleep(0)  # the reader is parked
+    assert sub.offer(events(1, 2))
+    assert [e.seq for e in await reader] == [1, 2]
+    sub.offer(events(3))
+    sub.offer(events(4))
+    assert [e.seq for e in await sub.get()] == [3, 4]
+
+
+async def test_an_offer_past_the_limit_is_refused_whole() -> None:
+    sub = subscription(3, [])
+    assert sub.offer(events(1, 2))
+    assert not sub.offer(events(3, 4))
+    assert [e.seq for e in await sub.get()] == [1, 2]
+
+
+async def test_close_wakes_the_reader_after_what_was_buffered_and_releases_once() -> None:
+    released: list[Subscription] = []
+    sub = subscription(3, released)
+    sub.offer(events(1))
+    sub.close("overflow")
+    sub.close()
+    assert sub.closed.is_set() and released == [sub]
+    assert [e.seq for e in await sub.get()] == [1]
+    with pytest.raises(SubscriptionClosed) as closed:
+        await sub.get()
+    assert closed.value.reason == "overflow"
