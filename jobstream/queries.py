@@ -295,8 +295,9 @@ SELECT count(*) AS accepted,
 
 METRICS_QUEUE = """
 SELECT count(*) AS depth,
-       coalesce(extract(epoch FROM clock_timestamp() - min(run_after))
-                FILTER (WHERE run_after <= clock_timestamp()), 0) AS oldest_age_s
+       coalesce(extract(epoch FROM clock_timestamp()
+                - min(run_after) FILTER (WHERE run_after <= clock_timestamp())), 0)
+         AS oldest_age_s
   FROM jobs
  WHERE status = 'queued'
 """

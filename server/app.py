@@ -14,11 +14,12 @@ from starlette.staticfiles import StaticFiles
 from jobstream import db
 from jobstream.clock import Clock, DatabaseClock
 from jobstream.settings import Settings
-from server import access_log, events_api, health, jobs_api, pages, problems
+from server import access_log, events_api, health, jobs_api, metrics, pages, problems
 from server.hub import Hub
 from server.shutdown import Shutdown
 from server.state import AppState
 from server.stream_tokens import StreamTokens
+from worker.providers.registry import build_providers, close_providers
 
 log = structlog.get_logger(__name__)
 
@@ -51,6 +52,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
             )
             await hub.start()
             shutdown.on_begin(hub.drain)
+            providers = build_providers(settings)
             try:
                 app.state.js = AppState(
                     settings=settings,
@@ -58,18 +60,21 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
                     pool=pool,
                     hub=hub,
                     tokens=tokens,
+                    providers=providers,
                 )
                 log.info("server_ready")
                 yield
             finally:
                 shutdown.begin()
                 await hub.stop()
+                await close_providers(providers)
         finally:
             await pool.close()
 
     routes = [
         Route("/healthz", health.healthz),
         Route("/readyz", health.readyz),
+        Route("/metrics", metrics.metrics),
         Route("/api/jobs", jobs_api.create_job, methods=["POST"]),
         Route("/api/jobs", jobs_api.list_jobs, methods=["GET"]),
         Route("/api/jobs/{job_id}", jobs_api.get_job, methods=["GET"]),

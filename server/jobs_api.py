@@ -5,17 +5,20 @@ from __future__ import annotations
 import base64
 import uuid
 from datetime import datetime
+from decimal import Decimal
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from jobstream import jobs
-from jobstream.errors import IdempotencyConflict, JobNotFound
+from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound
+from jobstream.jobspec import JobSpec
 from jobstream.types import JOB_STATUSES
 from server import representation, validation
 from server.problems import Problem, not_found
 from server.responses import json_response
 from server.state import state, tenant_id
+from worker.providers.base import ProviderRequest
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -59,14 +62,33 @@ async def create_job(request: Request) -> Response:
     body = validation.parse_json(await read_body(request, app.settings.max_body_bytes))
     spec = validation.job_spec(body, default_provider=app.settings.default_provider)
     try:
-        outcome = await jobs.create(app.pool, tenant_id(request), spec, key)
+        outcome = await jobs.create(
+            app.pool, tenant_id(request), spec, key, reserved_usd=_reservation(request, spec)
+        )
     except IdempotencyConflict as exc:
         raise Problem(409, "idempotency-conflict", "Idempotency-Key reused", str(exc)) from exc
+    except BudgetExceeded as exc:
+        raise Problem(402, "budget-exhausted", "Budget exhausted", str(exc)) from exc
     payload = representation.created(outcome.job, app.tokens)
     location = {"Location": payload["poll_url"]}
     if outcome.created:
         return json_response(payload, 202, location)
     return json_response(payload, 200, {**location, "Idempotent-Replayed": "true"})
+
+
+def _reservation(request: Request, spec: JobSpec) -> Decimal:
+    """The most one attempt of this job can cost: what its budget must hold until it ends."""
+    provider = state(request).providers.get(spec.provider)
+    if provider is None:
+        raise Problem(
+            422, "validation", "Invalid request", f"Provider {spec.provider!r} is not configured.",
+            errors=[{"field": "provider", "message": "is not configured on this server"}],
+        )  # fmt: skip
+    request_view = ProviderRequest(
+        prompt=spec.prompt, model=spec.model, max_tokens=spec.max_tokens, attempt=1,
+        simulate=spec.simulate,
+    )  # fmt: skip
+    return provider.estimate_cost(request_view, spec.max_tokens)
 
 
 async def get_job(request: Request) -> Response:

@@ -11,6 +11,7 @@ from jobstream.clock import Clock
 from jobstream.settings import Settings
 from server.hub import Hub
 from server.stream_tokens import StreamTokens
+from worker.providers.base import Provider
 
 
 @dataclass
@@ -20,6 +21,8 @@ class AppState:
     pool: asyncpg.Pool
     hub: Hub
     tokens: StreamTokens
+    # Providers price a job's reservation at create time; the server never calls them.
+    providers: dict[str, Provider]
     open_streams: int = 0  # SSE responses in progress in this process
 
 

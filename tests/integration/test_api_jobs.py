@@ -252,3 +252,19 @@ async def test_retry_requeues_only_dead_jobs(client: httpx.AsyncClient, pool: as
     row = await pool.fetchrow("SELECT attempts, uncounted_attempts FROM jobs WHERE id = $1", job_id)
     assert row is not None
     assert row["attempts"] - row["uncounted_attempts"] == 0  # a fresh set of attempts
+
+
+async def test_create_beyond_the_budget_is_402_and_makes_nothing(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    # 100 tokens at the simulator's default price reserve 0.0002 USD.
+    await pool.execute("UPDATE tenants SET budget_usd = 0.0003 WHERE id = 'default'")
+    first = await client.post("/api/jobs", json=body(max_tokens=100))
+    second = await client.post("/api/jobs", json=body(prompt="again", max_tokens=100))
+    assert first.status_code == 202
+    assert second.status_code == 402
+    assert second.headers["content-type"] == PROBLEM
+    assert second.json()["type"] == "/problems/budget-exhausted"
+    assert await job_count(pool) == 1
+    reserved = await pool.fetchval("SELECT reserved_usd FROM tenants WHERE id = 'default'")
+    assert str(reserved) == "0.00020000"

@@ -1,0 +1,62 @@
+"""/metrics: Prometheus text that parses, with figures derived from the tables."""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from jobstream.settings import Settings
+from tests.support.workers import running_worker, wait_for_job
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+async def test_metrics_parse_and_match_the_tables_after_a_mixed_run(
+    client: httpx.AsyncClient, pool: asyncpg.Pool, settings: Settings
+) -> None:
+    fast = {"tokens_per_second": 0, "first_token_delay_s": 0, "tokens": 5}
+    async with running_worker(settings, pool=pool):
+        ok = [
+            (await client.post("/api/jobs", json={"prompt": f"p{i}", "simulate": fast})).json()
+            for i in range(3)
+        ]
+        failing = (
+            await client.post(
+                "/api/jobs",
+                json={
+                    "prompt": "bad",
+                    "simulate": {**fast, "faults": [{"attempt": 1, "kind": "permanent"}]},
+                },
+            )
+        ).json()
+        for job in [*ok, failing]:
+            await wait_for_job(
+                pool, uuid.UUID(job["id"]), lambda j: j["finished_at"] is not None, what="end"
+            )
+    values = samples((await client.get("/metrics")).text)
+    assert values[("jobstream_jobs_created_total", ())] == 4
+    assert values[("jobstream_jobs_accepted_total", ())] == 3
+    assert values[("jobstream_jobs", (("status", "succeeded"),))] == 3
+    assert values[("jobstream_jobs", (("status", "failed"),))] == 1
+    outcomes = await pool.fetch("SELECT outcome, count(*) AS n FROM job_attempts GROUP BY outcome")
+    for row in outcomes:
+        key = ("jobstream_attempts_total", (("outcome", row["outcome"]), ("provider", "simulated")))
+        assert values[key] == row["n"]
+    cost = await pool.fetchval("SELECT sum(cost_usd) FROM job_attempts")
+    assert values[("jobstream_provider_cost_usd_total", (("provider", "simulated"),))] == float(
+        cost
+    )
+    events = await pool.fetchval("SELECT count(*) FROM job_events")
+    assert values[("jobstream_events_appended_total", ())] == events
+    assert values[("jobstream_queue_wait_seconds_count", ())] == 4
+    assert values[("jobstream_run_duration_seconds_bucket", (("le", "600"),))] == 4
+    assert values[("jobstream_queue_depth", ())] == 0
