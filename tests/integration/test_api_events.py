@@ -77,23 +77,22 @@ async def test_cursor_from_last_event_id_then_after(
     # The header wins: it is what EventSource sends when it reconnects to the same URL.
     both = await read_stream(client, plain(job) + "?after=2", last_event_id="9")
     assert [e["seq"] for e in both.events] == [10]
-    past_the_end = await read_stream(client, plain(job), last_event_id="10")
-    assert past_the_end.events == [] and past_the_end.ended
+    # Everything seen, `done` included: 204 tells an EventSource to stop reconnecting.
+    assert (await read_stream(client, plain(job), last_event_id="10")).status == 204
 
 
-async def test_a_live_stream_delivers_events_as_they_commit(
+async def test_a_cursor_past_the_end_of_the_log_gets_resync(
     client: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
-    job = await create(client)
-    reader = asyncio.create_task(read_stream(client, job["events_url"]))
+    job = await create(client)  # its log: one `queued` event
+    got = await read_stream(client, plain(job), last_event_id="999", max_events=1)
+    assert got.events[0]["type"] == "resync" and got.events[0]["first_seq"] == 2
+    assert got.ids[0] == "1"  # resuming from here continues the real log
     held = await drive.claim(pool)
-    for i in range(20):
-        await drive.tokens(pool, held, drive.count_tokens(i, i + 1))
-    await drive.succeed(pool, held, "".join(drive.count_tokens(0, 20)))
-    got = await asyncio.wait_for(reader, 10)
-    assert got.ended
-    assert [e["seq"] for e in got.events] == list(range(1, len(got.events) + 1))
-    assert reassemble(got.events) == "".join(drive.count_tokens(0, 20))
+    await drive.succeed(pool, held, "")
+    finished = await read_stream(client, plain(job), last_event_id="999")
+    assert [(e["type"], e.get("first_seq")) for e in finished.events] == [("resync", 6)]
+    assert finished.ended
 
 
 @pytest.mark.parametrize("accept", ["text/event-stream", "application/json"])
