@@ -122,6 +122,8 @@ async def test_submitted_job_streams_live_and_ends_exact(page: Page) -> None:
     assert_prefixes(observed["outputs"], count_text(tokens))
     assert len(observed["outputs"]) > 3, "the text arrived in one piece, not as a stream"
     assert "live" in observed["connections"]
+    # `done` closed the EventSource, so the browser does not reconnect to a finished job.
+    await expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "closed")
     # The browser's recent jobs list has it, with its final status.
     recent = page.get_by_test_id("recent-jobs").locator(f"li[data-id='{job_id}'] .pill")
     await expect(recent).to_have_text("succeeded")
@@ -182,6 +184,17 @@ async def test_fault_on_first_attempt_shows_reset_and_retry(page: Page, stack: S
     await expect(notes.locator("[data-kind=reset]")).to_contain_text("Attempt 2 started")
     await expect(notes).to_contain_text("Attempt 1 failed: transient")
     await expect(page.get_by_test_id("attempts")).to_have_text("2 of 3")
+
+
+async def test_permanent_fault_ends_failed_with_its_error_class(page: Page, stack: Stack) -> None:
+    fault = {"attempt": 1, "after_tokens": 10, "kind": "permanent"}
+    job = await stack.create_job(count_job(50, tokens_per_second=100, faults=[fault]))
+    await open_page(page, f"/jobs/{job['id']}")
+
+    await expect_finished(page, "failed", count_text(10))
+    await expect(page.get_by_test_id("error-class")).to_have_text("permanent")
+    await expect(page.get_by_role("button", name="Cancel job")).to_be_hidden()
+    await expect(page.get_by_test_id("attempts")).to_have_text("1 of 3")
 
 
 async def test_without_event_source_the_page_polls_to_the_exact_end(
