@@ -78,6 +78,9 @@ def detail(snap: Snapshot, tokens: StreamTokens) -> dict[str, Any]:
         "status": job["status"],
         "provider": job["provider"],
         "model": job["payload"].get("model"),
+        # The input, so a job opened on another device can show what was asked.
+        "prompt": job["payload"]["prompt"],
+        "max_tokens": job["payload"]["max_tokens"],
         "priority": job["priority"],
         "attempts": job["attempts"],
         "max_attempts": job["max_attempts"],

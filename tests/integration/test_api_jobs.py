@@ -164,6 +164,7 @@ async def test_get_shows_the_job_and_its_snapshot(client: httpx.AsyncClient) -> 
     assert job["result"] is None and job["error"] is None
     assert job["cancel_requested"] is False
     assert job["metadata"] == {"user": "ada"}
+    assert job["prompt"] == "Explain leases"
 
 
 @pytest.mark.parametrize("job_id", [str(uuid.uuid4()), "not-a-uuid"])
