@@ -39,6 +39,9 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration
 
+e2e: $(STAMP) browser
+	$(BIN)/python -m pytest tests/e2e
+
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
