@@ -163,7 +163,9 @@ async def _follow(client: httpx.AsyncClient, job_id: str, after: int, *, json_li
     except FollowError as exc:
         raise Refused(f"{exc.status} {exc.detail}") from None
     out.finish()
-    assert done is not None  # the stream only ends after done
+    if done is None:
+        # Resumed past `done` (--after the end): the stream had nothing more; the job has.
+        done = await _request(client, "GET", f"/api/jobs/{job_id}")
     if done["status"] == "succeeded":
         return EXIT_OK
     error = done.get("error") or {}

@@ -49,6 +49,7 @@ class Follower:
         self._rng = rng or random.Random()
         self._retry_s = 1.0  # until the server's `retry:` says otherwise
         self._restart = False
+        self._complete = False
 
     def resume_from(self, cursor: int) -> None:
         """Drop the current connection and go on from `cursor` (after a `resync`)."""
@@ -69,7 +70,7 @@ class Follower:
                         if self._restart:
                             break
                     else:
-                        if ended_after_done:
+                        if ended_after_done or self._complete:
                             return
                 reason = "the stream ended early"
             except httpx.TransportError as exc:
@@ -91,6 +92,10 @@ class Follower:
     async def _connection(self) -> AsyncGenerator[dict[str, Any], None]:
         headers = {"Accept": "text/event-stream", "Last-Event-ID": str(self.cursor)}
         async with self._client.stream("GET", self._path, headers=headers) as response:
+            if response.status_code == 204:
+                # The job is finished and the cursor is at (or past) its end: nothing will come.
+                self._complete = True
+                return
             if response.status_code >= 500:
                 raise _ServerError(f"server error {response.status_code}")
             if response.status_code != 200:

@@ -49,9 +49,9 @@ async def follow_events(request: Request) -> Response:
     # A finished job's log is complete: replay it, no need to follow.
     live = progress["status"] not in TERMINAL_STATUSES
     if wants_sse:
-        if not live and cursor == progress["last_seq"]:
-            # The client has everything, `done` included. 204 is the one answer that makes an
-            # EventSource stop reconnecting (a page that forgot to close() it, say).
+        if not live and cursor >= progress["last_seq"]:
+            # Nothing after this cursor will ever come. 204 is the one answer that makes an
+            # EventSource stop reconnecting (a page that did not close() it after `done`, say).
             return Response(status_code=204)
         return _Stream(app, job_id, cursor, progress["last_seq"], live)
     return await _poll(request, app, job_id, cursor, progress["last_seq"], live, wait_s)

@@ -45,11 +45,6 @@ class Tail:
         Returns [] when there is nothing more and no subscription to wait on; raises
         SubscriptionClosed when the subscription ends.
         """
-        if self._first_read and self.cursor > self._last_seq:
-            # A cursor past the log's end (a client of another deployment, or of a database
-            # restored from backup) fits no history: the snapshot does, from last_seq on.
-            self._first_read = False
-            return [self._resync(self._last_seq + 1, attempt=0, at=datetime.now(UTC))]
         while True:
             if self.more:
                 page = await events.read_after(self._pool, self._job_id, self.cursor, self._page)

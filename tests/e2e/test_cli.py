@@ -58,6 +58,9 @@ async def test_json_lines_get_and_cancel(stack: Stack) -> None:
     lines = [orjson.loads(line) for line in out.splitlines()]
     assert lines[-1]["type"] == "done" and lines[-1]["status"] == "cancelled"
     assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
+    # Resumed after its last event: nothing to stream, the job's end still decides the code.
+    code, out, _ = await cli(stack, "follow", job["id"], "--after", str(len(lines)))
+    assert (code, out) == (1, "\n")
     code, out, _ = await cli(stack, "get", job["id"])
     assert code == 0 and "cancelled" in out
     code, _, err = await cli(stack, "get", "00000000-0000-0000-0000-000000000000")

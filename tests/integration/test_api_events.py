@@ -81,18 +81,18 @@ async def test_cursor_from_last_event_id_then_after(
     assert (await read_stream(client, plain(job), last_event_id="10")).status == 204
 
 
-async def test_a_cursor_past_the_end_of_the_log_gets_resync(
+async def test_a_cursor_past_the_end_of_the_log_waits_for_events_after_it(
     client: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
-    job = await create(client)  # its log: one `queued` event
-    got = await read_stream(client, plain(job), last_event_id="999", max_events=1)
-    assert got.events[0]["type"] == "resync" and got.events[0]["first_seq"] == 2
-    assert got.ids[0] == "1"  # resuming from here continues the real log
+    # DESIGN.md §4.4: any cursor, even one the log has not reached yet.
+    job = await create(client)
+    reader = asyncio.create_task(read_stream(client, plain(job), last_event_id="5"))
     held = await drive.claim(pool)
-    await drive.succeed(pool, held, "")
-    finished = await read_stream(client, plain(job), last_event_id="999")
-    assert [(e["type"], e.get("first_seq")) for e in finished.events] == [("resync", 6)]
-    assert finished.ended
+    await drive.tokens(pool, held, ["a", "b", "c"])
+    await drive.succeed(pool, held, "abc")
+    got = await asyncio.wait_for(reader, 10)
+    assert [e["seq"] for e in got.events] == [6, 7, 8] and got.ended
+    assert (await read_stream(client, plain(job), last_event_id="99")).status == 204
 
 
 @pytest.mark.parametrize("accept", ["text/event-stream", "application/json"])

@@ -43,6 +43,8 @@ async def sse_reader(
         got = await read_stream(
             client, url, last_event_id=str(cursor), max_events=rng.randint(1, 12)
         )
+        if got.status == 204:
+            return seen  # hung up right after `done`: there is nothing more, ever
         assert got.status == 200
         seen += got.events
         if got.last_id is not None:
