@@ -96,7 +96,9 @@ class _Stream(Response):
         self._cursor = cursor
         self._last_seq = last_seq
         self._live = live
-        self._stop = asyncio.Event()
+        # A live stream ends when its subscription does (cut off, or the server stopping); a
+        # replay of a finished job follows nothing, so it ends when the server stops.
+        self._stop = asyncio.Event() if live else app.hub.stopping
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = EventStream(

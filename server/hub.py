@@ -64,7 +64,8 @@ class Hub:
         self._feeds: dict[uuid.UUID, _Feed] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._recheck_now = asyncio.Event()
-        self._draining = False
+        # Set when the server begins to stop; streams that follow nothing (replays) end on it.
+        self.stopping = asyncio.Event()
         self.listener = Listener(
             database_url,
             {queries.CHANNEL_EVENTS: self._notified},
@@ -90,7 +91,7 @@ class Hub:
 
     def drain(self) -> None:
         """The server is stopping: end every subscription so their streams close now."""
-        self._draining = True
+        self.stopping.set()
         for feed in list(self._feeds.values()):
             for sub in list(feed.subscribers):
                 sub.close("shutdown")
@@ -116,7 +117,7 @@ class Hub:
         `closed`, if given, is set when the subscription ends.
         """
         sub = Subscription(job_id, self._buffer, self._release, closed=closed)
-        if self._draining:
+        if self.stopping.is_set():
             sub.close("shutdown")
             return sub
         feed = self._feeds.get(job_id)
