@@ -68,6 +68,9 @@ CREATE TABLE IF NOT EXISTS jobs (
 -- What the claim reads: runnable queued jobs in order, and leases that may have expired.
 CREATE INDEX IF NOT EXISTS jobs_queued_idx ON jobs (run_after, priority DESC, created_at)
     WHERE status = 'queued';
+-- Does a provider have a runnable job? Asked by every claim that must lock a limited provider.
+CREATE INDEX IF NOT EXISTS jobs_queued_provider_idx ON jobs (provider, run_after)
+    WHERE status = 'queued';
 CREATE INDEX IF NOT EXISTS jobs_leased_idx ON jobs (lease_until)
     WHERE status IN ('running', 'cancelling');
 -- The tenant's job list, newest first, keyset-paginated.
@@ -109,11 +112,15 @@ CREATE TABLE IF NOT EXISTS job_events (
     PRIMARY KEY (job_id, seq)
 );
 
--- Provider-wide coordination across every worker (concurrency limit, 429 pause).
+-- Provider-wide coordination across every worker: claims for a provider with a concurrency
+-- limit lock its row (jobstream/queries.py, LOCK_PROVIDERS), and a 429 pauses it.
 CREATE TABLE IF NOT EXISTS provider_state (
     provider     text PRIMARY KEY,
-    paused_until timestamptz
+    paused_until timestamptz,
+    -- When the latest pause was set: the moment after which no worker claims for the provider.
+    paused_at    timestamptz
 );
+ALTER TABLE provider_state ADD COLUMN IF NOT EXISTS paused_at timestamptz;
 
 -- The webhook outbox: written in the transaction that finishes the job.
 CREATE TABLE IF NOT EXISTS webhook_deliveries (

@@ -7,7 +7,7 @@ another attempt, a cancel, or the reaper owns the job now (DESIGN.md §4.2).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -62,11 +62,31 @@ async def claim(
     worker_id: str,
     lease_s: float,
     clock: Clock,
+    limits: Mapping[str, int] | None = None,
 ) -> Claimed | None:
+    """Claim the next runnable job of `providers`, or None.
+
+    `limits` caps the attempts running at once, across every worker, for the providers it names
+    (the others have none): the claim locks those providers' rows first, then counts (see
+    queries.LOCK_PROVIDERS and CLAIM_JOB).
+    """
+    limits = {name: n for name, n in (limits or {}).items() if name in providers}
+    unlimited = [name for name in providers if name not in limits]
     token = uuid.uuid4()
     async with pool.acquire() as conn, conn.transaction():
+        locked: list[str] = []
+        if limits:
+            rows = await conn.fetch(queries.LOCK_PROVIDERS, sorted(limits), clock.now())
+            locked = [row["provider"] for row in rows]
         job = await conn.fetchrow(
-            queries.CLAIM_JOB, list(providers), token, worker_id, lease_s, clock.now()
+            queries.CLAIM_JOB,
+            unlimited,
+            token,
+            worker_id,
+            lease_s,
+            clock.now(),
+            locked,
+            [limits[name] for name in locked],
         )
         if job is None:
             return None

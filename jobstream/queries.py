@@ -131,17 +131,59 @@ NOTIFY_RUNNABLE = "SELECT pg_notify('jobstream_jobs', $1::text)"
 
 # --- the worker ---
 
+# The first statement of a claim transaction for a worker that runs providers with a concurrency
+# limit ($1, sorted): lock the provider_state row of each limited provider that has a runnable
+# job, and return the providers locked. CLAIM_JOB, the next statement, may then claim for these
+# providers and for no other limited one.
+# - The row lock serialises claims per limited provider across every worker, until commit: no
+#   other claim for the provider can commit between our count of its running attempts and our
+#   own claim, so the limit holds exactly.
+# - A statement's snapshot is taken before it waits for a lock, so the count cannot live in this
+#   statement: it is in CLAIM_JOB, whose snapshot (READ COMMITTED) is taken after this lock was
+#   granted and so sees every claim committed before it.
+# - Only providers with a runnable job are locked, so idle polls and claims for other providers
+#   do not queue behind each other.
+# - An upsert, so the row exists without a set-up step; DO UPDATE (not DO NOTHING) because only
+#   it locks a row that already exists (the update leaves the row as it was). Rows are locked in
+#   name order, so two claims never wait for each other in a cycle.
+LOCK_PROVIDERS = """
+INSERT INTO provider_state AS p (provider)
+SELECT l.provider
+  FROM unnest($1::text[]) AS l (provider)
+ WHERE EXISTS (SELECT 1 FROM jobs j
+                WHERE j.status = 'queued' AND j.provider = l.provider AND j.run_after <= {now})
+ ORDER BY l.provider
+ON CONFLICT (provider) DO UPDATE SET paused_until = p.paused_until
+RETURNING provider
+""".format(now=NOW.format("$2"))
+
 # Claim the next runnable job, in one statement:
 # - only `queued` jobs whose backoff has passed (expired leases are reaped into `queued` first,
 #   by REAP_EXPIRED, so that the lost attempt is recorded and max_attempts is honoured);
-# - only providers this worker runs and that are not paused after a 429;
+# - only providers this worker runs: those without a limit ($1), and those with one that
+#   LOCK_PROVIDERS locked ($6, limits in $7) and that run fewer attempts than their limit
+#   (`with_room`). Attempts are counted, not jobs: an attempt row is `running` from its claim
+#   until its outcome is written, which is after its HTTP request has closed;
+# - not providers paused after a 429;
 # - a tenant at its running limit is skipped, and tenants with fewer running jobs go first, so
 #   one tenant's burst cannot starve the others; within a tenant, priority then age;
 # - FOR UPDATE SKIP LOCKED lets any number of workers claim at once without blocking each other;
 # - the job gets a fresh run_token (the fence for every later write) and a lease, and the attempt
 #   row is written in the same statement.
 CLAIM_JOB = """
-WITH running AS (
+WITH busy AS (
+    SELECT provider, count(*) AS n
+      FROM job_attempts
+     WHERE outcome = 'running' AND provider = ANY($6::text[])
+     GROUP BY provider
+), with_room AS (
+    SELECT unnest($1::text[]) AS provider
+    UNION ALL
+    SELECT l.provider
+      FROM unnest($6::text[], $7::int[]) AS l (provider, max_running)
+      LEFT JOIN busy b ON b.provider = l.provider
+     WHERE coalesce(b.n, 0) < l.max_running
+), running AS (
     SELECT tenant_id, count(*) AS n
       FROM jobs
      WHERE status IN ('running', 'cancelling')
@@ -154,7 +196,7 @@ WITH running AS (
       LEFT JOIN provider_state p ON p.provider = j.provider
      WHERE j.status = 'queued'
        AND j.run_after <= {now}
-       AND j.provider = ANY($1::text[])
+       AND j.provider IN (SELECT provider FROM with_room)
        AND (p.paused_until IS NULL OR p.paused_until <= {now})
        AND coalesce(r.n, 0) < t.max_running
      ORDER BY coalesce(r.n, 0), j.priority DESC, j.run_after, j.created_at
@@ -263,12 +305,17 @@ UPDATE job_attempts
 # --- provider-wide state ---
 
 # A 429 pauses the provider for every worker (CLAIM_JOB skips paused providers). GREATEST keeps
-# the longest pause when several attempts are rate-limited at once.
+# the longest pause when several attempts are rate-limited at once. `paused_at` is when the
+# current pause began, read after the row lock is granted (in SET, not VALUES): claims for a
+# limited provider hold that lock, so every claim either committed before `paused_at` or sees
+# the pause.
 PAUSE_PROVIDER = """
-INSERT INTO provider_state (provider, paused_until)
-VALUES ($1, {now} + make_interval(secs => $2))
+INSERT INTO provider_state AS p (provider, paused_until, paused_at)
+VALUES ($1, {now} + make_interval(secs => $2), {now})
 ON CONFLICT (provider) DO UPDATE
-   SET paused_until = GREATEST(provider_state.paused_until, EXCLUDED.paused_until)
+   SET paused_until = GREATEST(p.paused_until, EXCLUDED.paused_until),
+       paused_at = CASE WHEN p.paused_until > {now} THEN coalesce(p.paused_at, {now})
+                        ELSE {now} END
 RETURNING paused_until
 """.format(now=NOW.format("$3"))
 

@@ -74,6 +74,12 @@ class Settings:
     worker_concurrency: int = _setting(
         "JOBSTREAM_WORKER_CONCURRENCY", 8, "Attempts one worker process runs at once.", minimum=1
     )
+    provider_concurrency: str = _setting(
+        "JOBSTREAM_PROVIDER_CONCURRENCY",
+        "openai=16",
+        "Most attempts running at once per provider, across every worker, as `name=N,name=N`; "
+        "a provider not named has no limit. Give every worker the same value.",
+    )
     lease_s: float = _setting(
         "JOBSTREAM_LEASE_S", 30.0, "Lease length, seconds; renewed every third of it.", minimum=0.1
     )
@@ -199,6 +205,10 @@ class Settings:
             problems.append("JOBSTREAM_BACKOFF_BASE_S must not exceed JOBSTREAM_BACKOFF_MAX_S")
         if self.log_level not in {"debug", "info", "warning", "error"}:
             problems.append(f"JOBSTREAM_LOG_LEVEL: unknown level {self.log_level!r}")
+        try:
+            parse_provider_limits(self.provider_concurrency)
+        except ValueError as exc:
+            problems.append(f"JOBSTREAM_PROVIDER_CONCURRENCY: {exc}")
         if self.database_url is not None and not self.database_url.startswith(
             ("postgres://", "postgresql://")
         ):
@@ -231,6 +241,11 @@ class Settings:
         values.update(overrides)
         return cls(**values)
 
+    @property
+    def provider_limits(self) -> dict[str, int]:
+        """`provider_concurrency` parsed: the limit of each named provider."""
+        return parse_provider_limits(self.provider_concurrency)
+
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
@@ -252,3 +267,24 @@ def _parser_for(annotation: Any) -> Callable[[str], Any]:
     if text.startswith("float"):
         return float
     return str
+
+
+def parse_provider_limits(raw: str) -> dict[str, int]:
+    """`"openai=16, vllm=4"` as `{"openai": 16, "vllm": 4}`; an empty string names none."""
+    limits: dict[str, int] = {}
+    for part in raw.split(","):
+        if not part.strip():
+            continue
+        name, sep, value = (piece.strip() for piece in part.partition("="))
+        if not sep or not name:
+            raise ValueError(f"expected name=N, got {part.strip()!r}")
+        if name in limits:
+            raise ValueError(f"{name!r} is named twice")
+        try:
+            limit = int(value)
+        except ValueError:
+            raise ValueError(f"{name}: expected a whole number, got {value!r}") from None
+        if limit < 1:
+            raise ValueError(f"{name}: the limit must be at least 1, got {limit}")
+        limits[name] = limit
+    return limits

@@ -118,6 +118,7 @@ class Worker:
                 "worker_started",
                 providers=sorted(self._providers),
                 concurrency=self._settings.worker_concurrency,
+                provider_limits=self._settings.provider_limits,
             )
             grace = self._settings.shutdown_grace_s
             try:
@@ -160,6 +161,7 @@ class Worker:
                     worker_id=self.worker_id,
                     lease_s=self._settings.lease_s,
                     clock=self._clock,
+                    limits=self._settings.provider_limits,
                 )
                 if held is None:
                     return

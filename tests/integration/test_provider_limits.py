@@ -1,0 +1,103 @@
+"""The provider-wide concurrency limit, enforced by the claim in PostgreSQL (DESIGN.md §7).
+
+Claims race on separate connections, as claims of separate worker processes do: the limit must
+hold exactly, not only on average.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from decimal import Decimal
+
+import asyncpg
+import pytest
+
+from jobstream import attempts, db
+from jobstream.attempts import Claimed
+from jobstream.clock import DatabaseClock
+from jobstream.usage import Usage
+from tests.support.workers import create_job
+
+CLOCK = DatabaseClock()
+LIMIT = 3
+CLAIMERS = 12
+
+
+@pytest.fixture
+async def wide_pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    """Enough connections for every claimer to hold its own transaction at once."""
+    pool = await db.create_pool(database_url, min_size=CLAIMERS, max_size=CLAIMERS)
+    yield pool
+    await pool.close()
+
+
+async def claim(pool: asyncpg.Pool, providers: list[str], worker: str) -> Claimed | None:
+    return await attempts.claim(
+        pool,
+        providers=providers,
+        worker_id=worker,
+        lease_s=30,
+        clock=CLOCK,
+        limits={"openai": LIMIT},
+    )
+
+
+async def race(pool: asyncpg.Pool, providers: list[str]) -> list[Claimed]:
+    results = await asyncio.gather(*(claim(pool, providers, f"w{i}") for i in range(CLAIMERS)))
+    return [held for held in results if held is not None]
+
+
+async def running_attempts(pool: asyncpg.Pool, provider: str) -> int:
+    n: int = await pool.fetchval(
+        "SELECT count(*) FROM job_attempts WHERE outcome = 'running' AND provider = $1", provider
+    )
+    return n
+
+
+async def test_racing_claims_never_run_more_than_the_limit(wide_pool: asyncpg.Pool) -> None:
+    for i in range(20):
+        await create_job(wide_pool, prompt=f"job {i}", provider="openai")
+    rng = random.Random(7)
+    held: list[Claimed] = []
+    claimed_total = 0
+    for _ in range(6):
+        won = await race(wide_pool, ["openai"])
+        # Every free slot is taken, and not one more, however the claims interleave.
+        assert len(won) == LIMIT - len(held)
+        held += won
+        claimed_total += len(won)
+        assert await running_attempts(wide_pool, "openai") == LIMIT
+        # Finish some attempts, freeing their slots for the next race.
+        for done in rng.sample(held, rng.randint(1, LIMIT)):
+            await attempts.succeed(wide_pool, done, "text", Usage(1, 1, Decimal(0)), CLOCK)
+            held.remove(done)
+    queued = await wide_pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'queued'")
+    assert queued == 20 - claimed_total  # the rest wait their turn, queued
+
+
+async def test_other_providers_are_not_held_back_by_a_full_one(wide_pool: asyncpg.Pool) -> None:
+    for i in range(LIMIT + 2):
+        await create_job(wide_pool, prompt=f"limited {i}", provider="openai")
+    for i in range(5):
+        await create_job(wide_pool, prompt=f"free {i}", provider="simulated")
+    won = await race(wide_pool, ["openai", "simulated"])
+    by_provider = [h.provider for h in won]
+    assert by_provider.count("openai") == LIMIT
+    assert by_provider.count("simulated") == 5  # no limit named: no limit
+    assert await claim(wide_pool, ["openai", "simulated"], "late") is None
+
+
+async def test_a_claim_with_nothing_runnable_locks_nothing(wide_pool: asyncpg.Pool) -> None:
+    await create_job(wide_pool, prompt="free", provider="simulated")
+    async with wide_pool.acquire() as conn, conn.transaction():
+        # Another worker's claim is in progress for openai, holding its row...
+        await conn.execute(
+            "INSERT INTO provider_state (provider) VALUES ('openai')"
+            " ON CONFLICT (provider) DO UPDATE SET paused_until = provider_state.paused_until"
+        )
+        # ...and a claim that finds no openai job does not wait for it.
+        async with asyncio.timeout(5):
+            held = await claim(wide_pool, ["openai", "simulated"], "w")
+    assert held is not None and held.provider == "simulated"
