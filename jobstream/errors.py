@@ -36,7 +36,8 @@ class ProviderError(JobstreamError):
     """A provider call failed; `kind` decides what happens to the job.
 
     `request_sent` tells whether the provider may have started (and billed) the work: a failure
-    after that point with no answer is an unknown outcome.
+    after that point with no answer is an unknown outcome. `refused` is an error answer (an HTTP
+    error status) before any work: the provider produced, and bills, nothing.
     """
 
     def __init__(
@@ -47,6 +48,7 @@ class ProviderError(JobstreamError):
         retry_after_s: float | None = None,
         status_code: int | None = None,
         request_sent: bool = True,
+        refused: bool = False,
     ) -> None:
         super().__init__(message)
         self.kind: ErrorKind = kind
@@ -54,6 +56,12 @@ class ProviderError(JobstreamError):
         self.retry_after_s = retry_after_s
         self.status_code = status_code
         self.request_sent = request_sent
+        self.refused = refused
+
+    @property
+    def billed_nothing(self) -> bool:
+        """Known to cost nothing: refused with an error status, or never sent."""
+        return self.refused or not self.request_sent
 
     @property
     def error_class(self) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 from typing import Literal, TypeVar
 
 import asyncpg
@@ -276,10 +277,15 @@ class AttemptRunner:
         )
         if failure.kind == "rate_limited" and failure.retry_after_s:
             await self._pause_provider(failure.retry_after_s)
-        # Nothing produced and a clear refusal: the provider billed nothing. Otherwise it may
-        # have, and we only have our estimate.
-        cost_known = decision.outcome == "failed" and self._coalescer.deltas == 0
-        usage = self._usage or self._estimated_usage(cost_known=cost_known)
+        # Refused before any work, or never sent: the provider billed nothing. Otherwise it may
+        # have (a stream that broke, or a known failure after output), and unless it told us the
+        # usage we only have our estimate.
+        if self._usage is not None:
+            usage = self._usage
+        elif failure.billed_nothing and self._coalescer.deltas == 0:
+            usage = Usage(cost_usd=Decimal(0), cost_known=True)
+        else:
+            usage = self._estimated_usage(cost_known=False)
         await self._persist(
             lambda: attempts.fail(
                 self._pool,

@@ -15,10 +15,13 @@ class Failure:
     error_class: str  # what clients and operators see in `error.class`
     message: str
     retry_after_s: float | None = None
+    # Known to have cost nothing (refused with an error status, or never sent): the attempt's
+    # cost is then a known zero rather than our estimate.
+    billed_nothing: bool = False
 
     @classmethod
     def from_provider(cls, exc: ProviderError) -> Failure:
-        return cls(exc.kind, exc.error_class, exc.message, exc.retry_after_s)
+        return cls(exc.kind, exc.error_class, exc.message, exc.retry_after_s, exc.billed_nothing)
 
     @classmethod
     def timed_out(cls, timeout_s: float) -> Failure:

@@ -85,7 +85,8 @@ def from_status(
     now: datetime | None = None,
 ) -> ProviderError:
     """An error answer. The request reached the provider (request_sent=True), but an error
-    status means it produced nothing for us; the kind says whether a retry can help."""
+    status means it produced (and bills) nothing (refused=True); the kind says whether a retry
+    can help."""
     message = f"provider answered HTTP {status_code}"
     if detail:
         message = f"{message}: {detail}"
@@ -96,6 +97,7 @@ def from_status(
         retry_after_s=parse_retry_after(headers, now=now),
         status_code=status_code,
         request_sent=True,
+        refused=True,
     )
 
 

@@ -284,6 +284,7 @@ class OpenAIProvider:
             retry_after_s=error.retry_after_s,
             status_code=error.status_code,
             request_sent=error.request_sent,
+            refused=error.refused,
         )
         log.info(
             "openai.failed",

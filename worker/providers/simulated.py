@@ -122,18 +122,25 @@ def expected_text(prompt: str, tokens: int, pattern: Pattern = "words") -> str:
 
 def _fault_error(fault: Fault, produced: int) -> ProviderError:
     where = f"after {produced} tokens"
+    # An HTTP error before the first token is the provider refusing the request: it bills nothing.
+    refused = produced == 0
     match fault.kind:
         case "transient":
-            return ProviderError("transient", f"simulated HTTP 500 {where}", status_code=500)
+            return ProviderError(
+                "transient", f"simulated HTTP 500 {where}", status_code=500, refused=refused
+            )
         case "rate_limited":
             return ProviderError(
                 "rate_limited",
                 f"simulated HTTP 429 {where}",
                 status_code=429,
                 retry_after_s=fault.retry_after_s,
+                refused=refused,
             )
         case "permanent":
-            return ProviderError("permanent", f"simulated HTTP 400 {where}", status_code=400)
+            return ProviderError(
+                "permanent", f"simulated HTTP 400 {where}", status_code=400, refused=refused
+            )
         case "drop":
             return ProviderError("unknown", f"simulated connection lost mid-stream {where}")
         case "timeout":
@@ -154,7 +161,9 @@ class SimulatedProvider:
             sim = Simulation.parse(request.simulate, request.max_tokens)
         except InvalidSimulation as exc:
             # What a real API answers to a malformed request: a 400, not worth a retry.
-            raise ProviderError("permanent", str(exc), status_code=400, request_sent=True) from exc
+            raise ProviderError(
+                "permanent", str(exc), status_code=400, request_sent=True, refused=True
+            ) from exc
         fault = sim.fault_for(request.attempt)
         await self._pause(sim.first_token_delay_s)
         # A fault past the last token fires after all of them, before the usage: the stream
