@@ -14,7 +14,12 @@ How a request misbehaves is chosen per request, first match wins:
 Counters (`fake.stats()` in-process, `GET /_stats` from anywhere, `POST /_reset` to clear):
 requests, in-flight now and the maximum seen, outcomes, and the tokens billed: what a real
 provider would charge, i.e. prompt tokens plus every completion token sent, also for streams
-that died midway.
+that died midway. Every request records when it began and ended (wall clock, `time.time()`).
+
+A request is in flight from when the fake has read it until the fake starts writing the bytes
+that end its answer (`[DONE]`, an error status or chunk, or closing the connection on a drop),
+or learns that the client left. Ending it *before* those bytes go out means a client that reacts
+to the end at once (and sends its next request) is never counted twice.
 
     async with FakeOpenAI(api_key="sk-test") as fake:
         settings = Settings(openai_base_url=fake.base_url, openai_api_key="sk-test")
@@ -35,6 +40,7 @@ import re
 import signal
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -176,6 +182,8 @@ class RequestRecord:
     prompt_tokens: int = 0
     tokens_sent: int = 0
     usage_reported: bool = False
+    started_at: float = 0.0  # time.time() when the fake had read the request
+    ended_at: float | None = None  # ...and when it stopped counting it as in flight
 
     @property
     def billed_prompt_tokens(self) -> int:
@@ -252,6 +260,7 @@ class _State:
                 id=len(self._records) + 1,
                 reply=reply,
                 authorized=authorized,
+                started_at=time.time(),
                 **dataclasses.asdict(call),
             )
             self._records.append(record)
@@ -286,9 +295,12 @@ class _State:
             record.tokens_sent += 1
 
     def end(self, record: RequestRecord, outcome: Outcome) -> None:
+        """Stop counting the request as in flight; only the first call counts."""
         with self._lock:
-            if record.outcome == "running":
-                record.outcome = outcome
+            if record.ended_at is not None:
+                return
+            record.outcome = outcome
+            record.ended_at = time.time()
             self._in_flight -= 1
 
     def snapshot(self) -> Stats:
@@ -381,11 +393,13 @@ class _ChatCompletions:
                 # keep it out of its errors and logs anyway.
                 message = f"Incorrect API key provided: {presented}."
                 self._state.update(record, status=401)
+                self._state.end(record, outcome)
                 await _send_json(send, 401, _error_body(401, message, "invalid_api_key"))
             elif reply.kind == "error":
                 self._state.update(record, status=reply.status)
                 headers = {"retry-after": reply.retry_after, "retry-after-ms": reply.retry_after_ms}
                 body = _error_body(reply.status, f"fake error {reply.status}")
+                self._state.end(record, outcome)
                 await _send_json(send, reply.status, body, headers)
             else:
                 self._state.update(record, prompt_tokens=prompt_tokens(call.prompt))
@@ -469,6 +483,7 @@ class _Writer:
             }
             await self._chunk(None, usage=usage)
             self._state.update(self._record, usage_reported=True)
+        self._state.end(self._record, "completed")
         await self._body(b"data: [DONE]\n\n")
         await self._send({"type": "http.response.body", "body": b"", "more_body": False})
         return "completed"
@@ -481,6 +496,7 @@ class _Writer:
         if kind == "stream_error":
             error = orjson.loads(_error_body(self._reply.status, "fake mid-stream failure"))
             error["error"]["code"] = self._reply.status
+            self._state.end(self._record, "stream_error")
             await self._body(b"data: " + orjson.dumps(error) + b"\n\n")
             await self._body(b"data: [DONE]\n\n")
             await self._send({"type": "http.response.body", "body": b"", "more_body": False})
