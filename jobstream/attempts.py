@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import asyncpg
+import structlog
 
 from jobstream import events, ledger, queries
 from jobstream.clock import Clock
@@ -22,6 +23,8 @@ from jobstream.events import NewEvent
 from jobstream.jobspec import AttemptSpec
 from jobstream.types import AttemptOutcome
 from jobstream.usage import Usage
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -338,4 +341,13 @@ async def reap_expired(pool: asyncpg.Pool, clock: Clock, batch: int = 50) -> int
             if new[-1].type == "done":
                 await ledger.release(conn, job_id)
             await events.append(conn, job_id, attempt, new, run_token=None)
+            status = new[-1].data["status"]
+            log.info(
+                "lease_expired",
+                job_id=str(job_id),
+                attempt=attempt,
+                run_token=str(job["run_token"]),
+                lost_worker_id=job["worker_id"],
+                status=status,
+            )
         return len(rows)

@@ -8,6 +8,33 @@ import sys
 import structlog
 
 
+def _access_fields(
+    logger: object, method_name: str, event_dict: structlog.types.EventDict
+) -> structlog.types.EventDict:
+    """uvicorn's access line as fields (`http_request`, method, path, status_code...) instead of
+    one preformatted string, so the lines can be filtered like ours. The path arrives already
+    redacted (server/access_log.py filters the record before any handler formats it)."""
+    # The formatter passes every foreign record's arguments; only the access line's are kept.
+    args = event_dict.pop("positional_args", None)
+    record = event_dict.get("_record")
+    if (
+        isinstance(record, logging.LogRecord)
+        and record.name == "uvicorn.access"
+        and isinstance(args, tuple)
+        and len(args) == 5
+    ):
+        client, method, path, http_version, status_code = args
+        event_dict.update(
+            event="http_request",
+            client=client,
+            method=method,
+            path=path,
+            http_version=http_version,
+            status_code=status_code,
+        )
+    return event_dict
+
+
 def configure(level: str = "info", *, json: bool = True) -> None:
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -25,7 +52,8 @@ def configure(level: str = "info", *, json: bool = True) -> None:
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared,
+        foreign_pre_chain=[*shared, _access_fields],
+        pass_foreign_args=True,
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
@@ -43,3 +71,5 @@ def configure(level: str = "info", *, json: bool = True) -> None:
         logger.handlers[:] = []
         logger.propagate = True
     logging.getLogger("asyncio").setLevel(logging.WARNING)
+    # httpx logs every request at INFO: the provider logs what matters about its calls itself.
+    logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -7,6 +7,7 @@ import uuid
 from datetime import datetime
 from decimal import Decimal
 
+import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -19,6 +20,8 @@ from server.problems import Problem, not_found
 from server.responses import json_response
 from server.state import state, tenant_id
 from worker.providers.base import ProviderRequest
+
+log = structlog.get_logger(__name__)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -72,6 +75,11 @@ async def create_job(request: Request) -> Response:
     payload = representation.created(outcome.job, app.tokens)
     location = {"Location": payload["poll_url"]}
     if outcome.created:
+        job = outcome.job
+        log.info(
+            "job_created", job_id=str(job["id"]), status=job["status"], provider=job["provider"],
+            tenant_id=job["tenant_id"], reserved_usd=str(job["reserved_usd"]),
+        )  # fmt: skip
         return json_response(payload, 202, location)
     return json_response(payload, 200, {**location, "Idempotent-Replayed": "true"})
 
@@ -150,6 +158,8 @@ async def cancel_job(request: Request) -> Response:
         snap = await jobs.snapshot(app.pool, tenant, job_id)
     except JobNotFound:
         raise not_found(f"No job {job_id}.") from None
+    if changed:
+        log.info("job_cancel_requested", job_id=str(job_id), status=job["status"])
     finished = not changed and job["status"] not in ("cancelling",)
     return json_response(representation.detail(snap, app.tokens), 200 if finished else 202)
 
@@ -169,4 +179,5 @@ async def retry_job(request: Request) -> Response:
             409, "not-dead", "Only dead jobs can be retried",
             f"Job {job_id} is {snap.job['status']}.",
         )  # fmt: skip
+    log.info("job_retried", job_id=str(job_id), status="queued")
     return json_response(representation.detail(snap, app.tokens), 202)

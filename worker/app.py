@@ -36,6 +36,9 @@ async def serve(settings: Settings) -> None:
     """
     assert settings.database_url is not None  # checked by the caller, with a clear message
     worker = create_worker(settings)
+    # Every line of this process names its worker, signal handling included (the handlers below
+    # run in a copy of this context).
+    structlog.contextvars.bind_contextvars(worker_id=worker.worker_id)
     stop_requested = asyncio.Event()
 
     def on_signal(signum: signal.Signals) -> None:

@@ -60,6 +60,21 @@ _RESULT_OF_ACTION: dict[attempts.FailureAction, AttemptResult] = {
     "fail": "failed",
     "dead": "dead",
 }
+_STATUS_AFTER: dict[attempts.FailureAction, str] = {
+    "retry": "queued",
+    "fail": "failed",
+    "dead": "dead",
+}
+
+
+def _usage_fields(usage: Usage) -> dict[str, object]:
+    """What an attempt used and cost, for its settling log line."""
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cost_usd": str(usage.cost_usd),
+        "cost_known": usage.cost_known,
+    }
 
 
 class LeaseExpired(Exception):
@@ -122,7 +137,10 @@ class AttemptRunner:
         with structlog.contextvars.bound_contextvars(
             job_id=str(held.job_id), attempt=held.attempt, run_token=str(held.run_token)
         ):
-            log.info("attempt_started", provider=held.provider, model=held.spec.model)
+            # One log line per change of the job's status: this one, and the settling one.
+            log.info(
+                "attempt_started", status="running", provider=held.provider, model=held.spec.model
+            )
             try:
                 ending = await self._consume()
             except Exception as exc:
@@ -134,9 +152,7 @@ class AttemptRunner:
                 # still hand the job back rather than leave it to lease expiry.
                 await self._settle_shielded(Interrupted())
                 raise
-            result = await self._settle_shielded(ending)
-            log.info("attempt_finished", result=result, output_tokens=self._coalescer.deltas)
-            return result
+            return await self._settle_shielded(ending)
 
     async def _consume(self) -> Ending:
         """Run the stream and the lease until the first ending; flush deltas on the way."""
@@ -262,6 +278,7 @@ class AttemptRunner:
         await self._persist(
             lambda: attempts.succeed(self._pool, self.held, text, usage, self._clock)
         )
+        log.info("attempt_succeeded", status="succeeded", **_usage_fields(usage))
         return "succeeded"
 
     async def _fail(self, failure: Failure) -> AttemptResult:
@@ -300,11 +317,12 @@ class AttemptRunner:
         )
         log.info(
             "attempt_failed",
+            status=_STATUS_AFTER[decision.action],
             error_class=failure.error_class,
             error=failure.message,
-            action=decision.action,
             outcome=decision.outcome,
             retry_in_s=round(decision.delay_s, 3),
+            **_usage_fields(usage),
         )
         return _RESULT_OF_ACTION[decision.action]
 
@@ -329,13 +347,18 @@ class AttemptRunner:
                 provider_confirmed=self._provider_stopped,
             )
         )
-        log.info("attempt_cancelled", provider_confirmed=self._provider_stopped)
+        log.info(
+            "attempt_cancelled",
+            status="cancelled",
+            provider_confirmed=self._provider_stopped,
+            **_usage_fields(usage),
+        )
         return "cancelled"
 
     async def _hand_back(self) -> AttemptResult:
         usage = self._usage or self._estimated_usage(cost_known=False)
         await self._persist(lambda: attempts.hand_back(self._pool, self.held, usage, self._clock))
-        log.info("attempt_handed_back")
+        log.info("attempt_handed_back", status="queued", **_usage_fields(usage))
         return "interrupted"
 
     def _estimated_usage(self, *, cost_known: bool) -> Usage:
