@@ -292,8 +292,14 @@ class AttemptRunner:
             backoff=retry.Backoff(self._settings.backoff_base_s, self._settings.backoff_max_s),
             rng=self._rng,
         )
-        if failure.kind == "rate_limited" and failure.retry_after_s:
-            await self._pause_provider(failure.retry_after_s)
+        if failure.kind == "rate_limited":
+            # Every worker backs off, for as long as the provider asked, or when it did not say,
+            # for as long as this job waits.
+            pause_s = failure.retry_after_s
+            if pause_s is None:
+                pause_s = decision.delay_s
+            if pause_s > 0:
+                await self._pause_provider(pause_s)
         # Refused before any work, or never sent: the provider billed nothing. Otherwise it may
         # have (a stream that broke, or a known failure after output), and unless it told us the
         # usage we only have our estimate.

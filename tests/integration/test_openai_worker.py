@@ -113,6 +113,23 @@ async def test_a_429_waits_out_retry_after_pauses_the_provider_and_costs_nothing
     await assert_ledger_reconciles(pool, fake)
 
 
+async def test_a_429_without_retry_after_pauses_the_provider_for_the_jobs_backoff(
+    pool: asyncpg.Pool, ai_settings: Settings, fake: FakeOpenAI
+) -> None:
+    clock = manual_clock()
+    settings = ai_settings.replace(backoff_base_s=2.0, backoff_max_s=60.0)
+    prompt = f"limited {Reply(kind='error', status=429, times=1).marker()}"
+    job_id = await create_openai_job(pool, settings, prompt)
+    async with running_worker(settings, pool=pool, clock=clock, rng=random.Random(3)):
+        queued = await wait_for_job(
+            pool, job_id, lambda j: j["status"] == "queued" and j["attempts"] == 1, what="retry"
+        )
+    paused_until = await pool.fetchval("SELECT paused_until FROM provider_state")
+    delay = Backoff(2.0, 60.0).delay(1, random.Random(3))
+    assert paused_until == queued["run_after"]
+    assert abs(paused_until - (clock.now() + timedelta(seconds=delay))) < timedelta(milliseconds=1)
+
+
 async def test_a_500_is_retried_after_its_jittered_backoff_and_costs_nothing(
     pool: asyncpg.Pool, ai_settings: Settings, fake: FakeOpenAI
 ) -> None:
