@@ -131,8 +131,8 @@ class Settings:
     hub_probe_s: float = _setting(
         "JOBSTREAM_HUB_PROBE_S",
         10.0,
-        "Seconds between liveness probes of the LISTEN connection; an unanswered probe (same "
-        "limit) reconnects it.",
+        "Seconds between liveness probes of the server's LISTEN connection; one that goes "
+        "unanswered reconnects it.",
         minimum=0.05,
     )
     subscriber_buffer: int = _setting(
