@@ -56,8 +56,11 @@ class Tail:
                     return [self._resync(self._last_seq + 1, attempt=0, at=datetime.now(UTC))]
             if self._sub is None:
                 return []
-            fresh = [e for e in await self._sub.get() if e.seq > self.cursor]
+            batch = await self._sub.get()
+            fresh = [e for e in batch if e.seq > self.cursor]
             if not fresh:
+                if batch[-1].type == "done":
+                    return []  # the log ended short of a cursor past its end: nothing will come
                 continue
             if fresh[0].seq == self.cursor + 1 and fresh[-1].seq - fresh[0].seq == len(fresh) - 1:
                 return self._take(fresh)

@@ -81,20 +81,6 @@ async def test_cursor_from_last_event_id_then_after(
     assert (await read_stream(client, plain(job), last_event_id="10")).status == 204
 
 
-async def test_a_cursor_past_the_end_of_the_log_waits_for_events_after_it(
-    client: httpx.AsyncClient, pool: asyncpg.Pool
-) -> None:
-    # DESIGN.md §4.4: any cursor, even one the log has not reached yet.
-    job = await create(client)
-    reader = asyncio.create_task(read_stream(client, plain(job), last_event_id="5"))
-    held = await drive.claim(pool)
-    await drive.tokens(pool, held, ["a", "b", "c"])
-    await drive.succeed(pool, held, "abc")
-    got = await asyncio.wait_for(reader, 10)
-    assert [e["seq"] for e in got.events] == [6, 7, 8] and got.ended
-    assert (await read_stream(client, plain(job), last_event_id="99")).status == 204
-
-
 @pytest.mark.parametrize("accept", ["text/event-stream", "application/json"])
 async def test_unknown_job_is_a_404_problem(client: httpx.AsyncClient, accept: str) -> None:
     for job_id in (str(uuid.uuid4()), "not-a-uuid"):
@@ -192,6 +178,31 @@ async def app_client(settings: Settings) -> AsyncIterator[tuple[Starlette, httpx
     app = create_app(settings)
     async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
         yield app, client
+
+
+async def test_a_cursor_past_the_end_of_the_log_waits_for_events_after_it(
+    app_client: tuple[Starlette, httpx.AsyncClient], pool: asyncpg.Pool
+) -> None:
+    # DESIGN.md §4.4: any cursor, even one the log has not reached yet.
+    app, client = app_client
+    hub: Hub = app.state.js.hub
+    job = await create(client)
+    reader = asyncio.create_task(read_stream(client, plain(job), last_event_id="5"))
+    beyond = asyncio.create_task(read_stream(client, plain(job), last_event_id="99"))
+
+    async def followers() -> int:
+        return hub.subscribers
+
+    await eventually(followers, lambda n: n == 2, what="both readers follow the job")
+    held = await drive.claim(pool)
+    await drive.tokens(pool, held, ["a", "b", "c"])
+    await drive.succeed(pool, held, "abc")
+    got = await asyncio.wait_for(reader, 10)
+    assert [e["seq"] for e in got.events] == [6, 7, 8] and got.ended
+    # The job ended short of this cursor: the stream ends too, rather than wait forever.
+    nothing = await asyncio.wait_for(beyond, 10)
+    assert nothing.events == [] and nothing.ended
+    assert (await read_stream(client, plain(job), last_event_id="99")).status == 204
 
 
 async def test_long_poll_wakes_soon_after_a_new_event(
