@@ -162,10 +162,10 @@ async def _follow(client: httpx.AsyncClient, job_id: str, after: int, *, json_li
             out.event(event)
     except FollowError as exc:
         raise Refused(f"{exc.status} {exc.detail}") from None
-    out.finish()
     if done is None:
         # Resumed past `done` (--after the end): the stream had nothing more; the job has.
         done = await _request(client, "GET", f"/api/jobs/{job_id}")
+    out.finish(succeeded=done["status"] == "succeeded")
     if done["status"] == "succeeded":
         return EXIT_OK
     error = done.get("error") or {}
@@ -213,13 +213,16 @@ class _Output:
     def retrying(self, delay_s: float, reason: str) -> None:
         self._note(f"connection lost ({reason}); resuming in {delay_s:.1f} s")
 
-    def finish(self) -> None:
+    def finish(self, *, succeeded: bool) -> None:
         if self._json:
             return
-        if not self._live:
-            self._out.write(self._text)
-        if not self._text.endswith("\n"):
-            self._out.write("\n")
+        if self._live:
+            if self._text and not self._text.endswith("\n"):
+                self._out.write("\n")
+        elif succeeded:
+            # Piped: the result only, so a script never mistakes a failed job's partial text
+            # for one (the exit code says it failed).
+            self._out.write(self._text if self._text.endswith("\n") else self._text + "\n")
         self._out.flush()
 
     def _note(self, text: str) -> None:

@@ -38,11 +38,12 @@ async def test_submit_follow_prints_the_text_and_exits_0(stack: Stack) -> None:
 
 async def test_a_failed_job_says_why_and_exits_1(stack: Stack) -> None:
     fault = {"attempt": 1, "after_tokens": 3, "kind": "permanent"}
-    code, _, err = await cli(
+    code, out, err = await cli(
         stack, "submit", "x", "--simulate", simulate(10, faults=[fault]), "--follow"
     )
     assert code == 1
     assert "failed: permanent" in err
+    assert out == ""  # no result, so nothing a script could mistake for one
 
 
 async def test_json_lines_get_and_cancel(stack: Stack) -> None:
@@ -60,7 +61,7 @@ async def test_json_lines_get_and_cancel(stack: Stack) -> None:
     assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
     # Resumed after its last event: nothing to stream, the job's end still decides the code.
     code, out, _ = await cli(stack, "follow", job["id"], "--after", str(len(lines)))
-    assert (code, out) == (1, "\n")
+    assert (code, out) == (1, "")
     code, out, _ = await cli(stack, "get", job["id"])
     assert code == 0 and "cancelled" in out
     code, _, err = await cli(stack, "get", "00000000-0000-0000-0000-000000000000")
