@@ -114,8 +114,10 @@ async def test_two_hundred_readers_of_one_job_get_every_event_from_one_read_per_
     for got in received:
         assert [e["seq"] for e in got.events] == expected
         assert reassemble(got.events) == text
-    # Fan-out: one read per wake-up (bursts coalesce into fewer), never one per reader.
-    assert served.hub.reads - reads_before <= flushes + 3 + 5
+    # Fan-out: at most two reads per append (a NOTIFY may land while the read that will see its
+    # events is under way, then one more read finds nothing), never one per reader: 200 x 32.
+    appends = flushes + 2  # the claim, the tokens, the success
+    assert served.hub.reads - reads_before <= 2 * appends + 5
 
 
 @pytest.mark.parametrize("hub_settings", [{"subscriber_buffer": 8}], indirect=True)
