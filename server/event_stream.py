@@ -21,12 +21,12 @@ from jobstream import sse
 
 log = structlog.get_logger(__name__)
 
-HEADERS = [
+HEADERS = (
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     # nginx and friends buffer responses by default; a token stream must not wait in a proxy.
     (b"x-accel-buffering", b"no"),
-]
+)
 # After a stop, how long the final (empty) chunk may take: a stalled client gets no more.
 FINISH_TIMEOUT_S = 1.0
 
