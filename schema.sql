@@ -120,7 +120,19 @@ CREATE TABLE IF NOT EXISTS provider_state (
     -- When the latest pause was set: the moment after which no worker claims for the provider.
     paused_at    timestamptz
 );
-ALTER TABLE provider_state ADD COLUMN IF NOT EXISTS paused_at timestamptz;
+-- Databases made before paused_at existed. Only when it is missing: ALTER TABLE takes an
+-- exclusive lock even with IF NOT EXISTS, and taking it at every start-up, after the CREATE
+-- INDEXes above have locked `jobs`, deadlocks with a running worker's claim (which locks
+-- provider_state, then jobs).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = 'provider_state'::regclass AND attname = 'paused_at'
+                      AND NOT attisdropped) THEN
+        ALTER TABLE provider_state ADD COLUMN paused_at timestamptz;
+    END IF;
+END
+$$;
 
 -- The webhook outbox: written in the transaction that finishes the job.
 CREATE TABLE IF NOT EXISTS webhook_deliveries (

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import random
+import uuid
 from collections.abc import AsyncIterator
 from decimal import Decimal
 
 import asyncpg
 import pytest
 
-from jobstream import attempts, db
+from jobstream import attempts, db, queries
 from jobstream.attempts import Claimed
 from jobstream.clock import DatabaseClock
 from jobstream.usage import Usage
+from tests.support.polling import eventually
 from tests.support.workers import create_job
 
 CLOCK = DatabaseClock()
@@ -101,3 +103,41 @@ async def test_a_claim_with_nothing_runnable_locks_nothing(wide_pool: asyncpg.Po
         async with asyncio.timeout(5):
             held = await claim(wide_pool, ["openai", "simulated"], "w")
     assert held is not None and held.provider == "simulated"
+
+
+async def test_schema_applies_while_a_claim_holds_a_provider_row(
+    wide_pool: asyncpg.Pool, database_url: str
+) -> None:
+    # A process starting up applies the schema while running workers claim. The schema once
+    # locked `jobs` (CREATE INDEX IF NOT EXISTS) and then provider_state (ALTER TABLE, at every
+    # start), the opposite order to a claim: a deadlock, and a server that failed to start.
+    await create_job(wide_pool, prompt="limited", provider="openai")
+    applier = await db.connect(database_url)
+    try:
+        async with wide_pool.acquire() as claimer, claimer.transaction():
+            await claimer.fetch(queries.LOCK_PROVIDERS, ["openai"], None)
+            applying = asyncio.create_task(db.apply_schema(applier))
+            pid = applier.get_server_pid()
+
+            async def settled() -> bool:
+                waiting = await wide_pool.fetchval(
+                    "SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted", pid
+                )
+                return applying.done() or waiting > 0
+
+            await eventually(settled, bool, what="the schema is applied or waits for a lock")
+            job = await claimer.fetchrow(
+                queries.CLAIM_JOB, [], uuid.uuid4(), "w", 30.0, None, ["openai"], [LIMIT]
+            )
+        async with asyncio.timeout(10):
+            await applying
+    finally:
+        await applier.close()
+    assert job is not None
+
+
+async def test_schema_adds_paused_at_to_a_database_made_before_it(pool: asyncpg.Pool) -> None:
+    await pool.execute("ALTER TABLE provider_state DROP COLUMN paused_at")
+    async with pool.acquire() as conn:
+        await db.apply_schema(conn)
+    await pool.execute("INSERT INTO provider_state (provider, paused_at) VALUES ('x', now())")
