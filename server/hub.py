@@ -125,13 +125,17 @@ class Hub:
             feed = self._feeds[job_id] = _Feed(job_id)
             feed.task = self._spawn(self._feed_loop(feed), f"hub-feed-{job_id}")
         feed.subscribers.add(sub)
-        await feed.ready.wait()
+        try:
+            await feed.ready.wait()
+        except BaseException:
+            sub.close()  # the caller never gets it: it must not stay in the feed
+            raise
         return sub
 
     def _release(self, sub: Subscription) -> None:
         feed = self._feeds.get(sub.job_id)
-        if feed is None:
-            return
+        if feed is None or sub not in feed.subscribers:
+            return  # its feed already ended (a later feed of the same job is not its business)
         feed.subscribers.discard(sub)
         if not feed.subscribers:
             del self._feeds[sub.job_id]

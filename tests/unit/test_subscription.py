@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from jobstream.events import Event
+from server.hub import Hub
 from server.subscription import Subscription, SubscriptionClosed
 
 
@@ -49,3 +50,21 @@ async def test_close_wakes_the_reader_after_what_was_buffered_and_releases_once(
     with pytest.raises(SubscriptionClosed) as closed:
         await sub.get()
     assert closed.value.reason == "overflow"
+
+
+async def test_a_subscribe_abandoned_while_the_feed_starts_leaves_nothing_behind() -> None:
+    # The feed's first read never returns: the caller gives up (its client went away).
+    class Stuck:
+        async def fetchval(self, *args: object) -> int:
+            await asyncio.Event().wait()
+            return 0
+
+    hub = Hub(
+        database_url="postgresql://unused", pool=Stuck(),  # type: ignore[arg-type]
+        recheck_s=60, probe_s=60, buffer=4,
+    )  # fmt: skip
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await hub.subscribe(uuid.uuid4())
+    assert hub.subscribers == 0
+    await hub.stop()
