@@ -351,6 +351,14 @@ SELECT count(*) AS depth,
 
 METRICS_EVENTS = "SELECT coalesce(sum(last_seq), 0) AS n FROM jobs"
 
+# Seconds each provider stays paused after a 429 (0 once the pause is over).
+METRICS_PROVIDER_PAUSES = """
+SELECT provider,
+       greatest(coalesce(extract(epoch FROM paused_until - clock_timestamp()), 0), 0)::float8
+         AS remaining_s
+  FROM provider_state
+"""
+
 # Cumulative histogram counts over the bucket bounds in $1 (seconds), plus count and sum.
 METRICS_QUEUE_WAIT = """
 WITH d AS (SELECT extract(epoch FROM started_at - created_at)::float8 AS s

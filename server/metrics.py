@@ -55,6 +55,7 @@ async def collect(pool: asyncpg.Pool, open_streams: int) -> list[Metric]:
         accepted = await conn.fetchrow(queries.METRICS_ACCEPTED_COST)
         queue = await conn.fetchrow(queries.METRICS_QUEUE)
         events = await conn.fetchval(queries.METRICS_EVENTS)
+        pauses = await conn.fetch(queries.METRICS_PROVIDER_PAUSES)
         bounds = list(map(float, DURATION_BUCKETS))
         queue_wait = await conn.fetchrow(queries.METRICS_QUEUE_WAIT, bounds)
         run_duration = await conn.fetchrow(queries.METRICS_RUN_DURATION, bounds)
@@ -126,9 +127,16 @@ async def collect(pool: asyncpg.Pool, open_streams: int) -> list[Metric]:
     appended.add_metric([], events)
     streams = GaugeMetricFamily("jobstream_open_streams", "Open SSE streams in this process.")
     streams.add_metric([], open_streams)
+    paused = GaugeMetricFamily(
+        "jobstream_provider_pause_seconds",
+        "Seconds until a provider paused after a 429 is claimed for again (0: not paused).",
+        labels=["provider"],
+    )
+    for row in pauses:
+        paused.add_metric([row["provider"]], row["remaining_s"])
     return [
         created, jobs, accepted_total, by_outcome, cost, unknown, lost, retries, retry_rate,
-        per_job, charged, depth, oldest, appended, streams,
+        per_job, charged, depth, oldest, appended, streams, paused,
         _histogram("jobstream_queue_wait_seconds", "Created to first attempt.", queue_wait),
         _histogram("jobstream_run_duration_seconds", "Duration of attempts.", run_duration),
     ]  # fmt: skip

@@ -8,6 +8,8 @@ import asyncpg
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from jobstream import pauses
+from jobstream.clock import DatabaseClock
 from jobstream.settings import Settings
 from tests.support.workers import running_worker, wait_for_job
 
@@ -60,3 +62,11 @@ async def test_metrics_parse_and_match_the_tables_after_a_mixed_run(
     assert values[("jobstream_queue_wait_seconds_count", ())] == 4
     assert values[("jobstream_run_duration_seconds_bucket", (("le", "600"),))] == 4
     assert values[("jobstream_queue_depth", ())] == 0
+
+
+async def test_a_paused_provider_shows_the_seconds_its_pause_has_left(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    await pauses.pause(pool, "openai", 60, DatabaseClock())
+    values = samples((await client.get("/metrics")).text)
+    assert 58 < values[("jobstream_provider_pause_seconds", (("provider", "openai"),))] <= 60
