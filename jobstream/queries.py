@@ -137,7 +137,8 @@ NOTIFY_RUNNABLE = "SELECT pg_notify('jobstream_jobs', $1::text)"
 # providers and for no other limited one.
 # - The row lock serialises claims per limited provider across every worker, until commit: no
 #   other claim for the provider can commit between our count of its running attempts and our
-#   own claim, so the limit holds exactly.
+#   own claim, so the limit holds exactly. (Each worker checks the shared count against its own
+#   setting: workers configured differently cap the provider at the largest of their limits.)
 # - A statement's snapshot is taken before it waits for a lock, so the count cannot live in this
 #   statement: it is in CLAIM_JOB, whose snapshot (READ COMMITTED) is taken after this lock was
 #   granted and so sees every claim committed before it.
@@ -157,7 +158,8 @@ ON CONFLICT (provider) DO UPDATE SET paused_until = p.paused_until
 RETURNING provider
 """.format(now=NOW.format("$2"))
 
-# Claim the next runnable job, in one statement:
+# Claim the next runnable job, in one statement (after LOCK_PROVIDERS, in the same transaction,
+# when the worker runs a provider with a limit):
 # - only `queued` jobs whose backoff has passed (expired leases are reaped into `queued` first,
 #   by REAP_EXPIRED, so that the lost attempt is recorded and max_attempts is honoured);
 # - only providers this worker runs: those without a limit ($1), and those with one that
