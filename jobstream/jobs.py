@@ -169,5 +169,9 @@ async def snapshot(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID) -> Sna
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         job = await get(conn, tenant_id, job_id)
         history = await attempts(conn, job_id)
-        text = await events.attempt_text(conn, job_id, job["attempts"])
+        if job["status"] == "succeeded":
+            # The accepted text is the truth, and stays so once retention compacts the tokens.
+            text = job["result"]["text"]
+        else:
+            text = await events.attempt_text(conn, job_id, job["attempts"])
     return Snapshot(job, history, text)
