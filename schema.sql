@@ -106,7 +106,8 @@ CREATE TABLE IF NOT EXISTS job_events (
     job_id     uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
     seq        bigint NOT NULL,
     attempt    integer NOT NULL,
-    type       text NOT NULL CHECK (type IN ('status', 'reset', 'token', 'usage', 'result', 'error', 'done')),
+    type       text NOT NULL CHECK (type IN
+                 ('status', 'reset', 'token', 'usage', 'result', 'attempt_error', 'done')),
     data       jsonb NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (job_id, seq)

@@ -214,7 +214,7 @@ async def fail(
     `error` is `{"class", "message"}`; `retry_in_s` is used only with action "retry".
     """
     async with pool.acquire() as conn, conn.transaction():
-        new_events = [*_usage_event(usage), NewEvent("error", error)]
+        new_events = [*_usage_event(usage), NewEvent("attempt_error", error)]
         if action == "retry":
             row = await conn.fetchrow(
                 queries.REQUEUE_JOB, held.job_id, held.run_token, retry_in_s, error, clock.now(), 0
@@ -331,11 +331,14 @@ async def reap_expired(pool: asyncpg.Pool, clock: Clock, batch: int = 50) -> int
                 new = [NewEvent("done", {"status": "cancelled", "error": cancelled})]
             elif attempt - job["uncounted_attempts"] >= job["max_attempts"]:
                 await conn.execute(queries.REAP_TO_TERMINAL, job_id, "dead", lost, clock.now())
-                new = [NewEvent("error", lost), NewEvent("done", {"status": "dead", "error": lost})]
+                new = [
+                    NewEvent("attempt_error", lost),
+                    NewEvent("done", {"status": "dead", "error": lost}),
+                ]
             else:
                 await conn.execute(queries.REAP_TO_QUEUE, job_id, lost, clock.now())
                 new = [
-                    NewEvent("error", lost),
+                    NewEvent("attempt_error", lost),
                     NewEvent("status", {"status": "queued", "error": lost}),
                 ]
             if new[-1].type == "done":

@@ -7,7 +7,7 @@
 
 import { ApiError, TERMINAL, getJob, withParams } from "./api.js";
 
-const EVENT_TYPES = ["status", "reset", "token", "usage", "error", "result", "resync", "done"];
+const EVENT_TYPES = ["status", "reset", "token", "usage", "attempt_error", "result", "resync", "done"];
 const POLL_WAIT_S = 25;
 
 const sleep = (ms, signal) =>
@@ -74,9 +74,8 @@ export class JobFollower {
       this.refused = 0;
       this.view.connection("live");
     };
-    source.onerror = async (e) => {
-      // A server event named `error` (an attempt failed) arrives here too, as a MessageEvent.
-      if (e instanceof MessageEvent || this.source !== source || this.finished) return;
+    source.onerror = async () => {
+      if (this.source !== source || this.finished) return;
       if (source.readyState !== EventSource.CLOSED) {
         this.view.connection("reconnecting"); // the browser retries by itself
         return;
@@ -99,8 +98,7 @@ export class JobFollower {
     };
     for (const type of EVENT_TYPES) {
       source.addEventListener(type, (message) => {
-        // The browser's own `error` events (connection trouble) carry no data: onerror has them.
-        if (!(message instanceof MessageEvent) || this.source !== source) return;
+        if (this.source !== source) return;
         const evt = JSON.parse(message.data);
         if (this.apply({ type, ...evt }) === "resync") this.resync();
       });
@@ -133,7 +131,7 @@ export class JobFollower {
       case "usage":
         this.view.usage(evt);
         break;
-      case "error":
+      case "attempt_error":
         this.view.attemptError(evt);
         break;
       case "resync":

@@ -86,7 +86,7 @@ async def test_after_kill_9_the_lease_expires_and_another_worker_finishes_the_jo
     assert (second_attempt["worker_id"], second_attempt["outcome"]) == ("second", "succeeded")
     assert second_attempt["started_at"] >= lease_until
     log = await event_list(pool, job_id)
-    assert [e.data["class"] for e in log if e.type == "error"] == ["lost"]
+    assert [e.data["class"] for e in log if e.type == "attempt_error"] == ["lost"]
     assert reassemble(log) == job["result"]["text"] == counted_text(80)
 
 

@@ -58,7 +58,7 @@ async def test_failure_tells_usage_then_error_then_done(pool: asyncpg.Pool, acti
     )  # fmt: skip
     log = await types(pool, job_id)
     check_contract(log)
-    assert [t for _, t in log][-3:] == ["usage", "error", "done"]
+    assert [t for _, t in log][-3:] == ["usage", "attempt_error", "done"]
 
 
 async def test_a_retry_opens_the_next_attempt_with_reset(pool: asyncpg.Pool) -> None:

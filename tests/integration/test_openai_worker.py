@@ -206,7 +206,7 @@ async def test_a_broken_stream_is_an_unknown_outcome_with_an_estimated_cost(
     # Every token that arrived was persisted before the failure.
     log = await event_list(pool, job_id)
     assert reassemble(log) == expected_text(prompt, 3)
-    assert summary(log)[-2:] == [(1, "error", None), (1, "done", "failed")]
+    assert summary(log)[-2:] == [(1, "attempt_error", None), (1, "done", "failed")]
     await assert_ledger_reconciles(pool, fake)
 
 

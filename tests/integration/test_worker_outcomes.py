@@ -100,7 +100,7 @@ async def test_a_transient_fault_is_retried_after_its_jittered_backoff(
         (0, "status", "queued"),
         (1, "reset", None),
         (1, "status", "running"),
-        (1, "error", None),
+        (1, "attempt_error", None),
         (1, "status", "queued"),
         (2, "reset", None),
         (2, "status", "running"),
@@ -166,7 +166,7 @@ async def test_a_permanent_fault_fails_the_job_at_once(
         job = await wait_for_status(pool, job_id, "failed")
     assert job["error"]["class"] == "permanent" and job["attempts"] == 1
     assert summary(await event_list(pool, job_id))[-2:] == [
-        (1, "error", None),
+        (1, "attempt_error", None),
         (1, "done", "failed"),
     ]
     (attempt,) = await attempt_rows(pool, job_id)
@@ -191,7 +191,7 @@ async def test_an_unknown_outcome_fails_the_job_unless_it_allows_retries(
     # The tokens it did stream were all persisted before the failure was recorded.
     log = await event_list(pool, job_id)
     assert reassemble(log) == counted_text(4)
-    assert summary(log)[-2:] == [(1, "error", None), (1, "done", "failed")]
+    assert summary(log)[-2:] == [(1, "attempt_error", None), (1, "done", "failed")]
 
 
 @pytest.mark.parametrize("kind", ["drop", "timeout"])
@@ -220,7 +220,7 @@ async def test_a_job_whose_attempts_all_fail_is_dead(
     assert [a["outcome"] for a in await attempt_rows(pool, job_id)] == ["failed"] * 3
     assert summary(await event_list(pool, job_id))[-3:] == [
         (3, "status", "running"),
-        (3, "error", None),
+        (3, "attempt_error", None),
         (3, "done", "dead"),
     ]
     assert worker.results == {"retry": 2, "dead": 1}
