@@ -19,8 +19,8 @@ import asyncpg
 import structlog
 
 from jobstream import db, events, queries
+from jobstream.listener import Listener
 from server.subscription import CloseReason, Subscription
-from worker.listener import Listener
 
 log = structlog.get_logger(__name__)
 

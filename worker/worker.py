@@ -23,9 +23,9 @@ import structlog
 from jobstream import attempts, db, queries
 from jobstream.attempts import Claimed
 from jobstream.clock import Clock, DatabaseClock
+from jobstream.listener import Listener
 from jobstream.settings import Settings
 from worker.attempt import AttemptResult, AttemptRunner
-from worker.listener import Listener
 from worker.providers.base import Provider
 from worker.providers.registry import build_providers, close_providers
 

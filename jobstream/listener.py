@@ -1,4 +1,5 @@
-"""The worker's LISTEN connection: wake-ups for runnable jobs and for cancel requests.
+"""A LISTEN connection: the worker's wake-ups (runnable jobs, cancels) and the server hub's
+(new events). Shared, so both reconnect and probe the same way.
 
 A dedicated connection (a pool connection is handed to other work and its LISTENs go with it),
 reconnected whenever it is lost. LISTEN is only a hint: notifications sent while the connection
