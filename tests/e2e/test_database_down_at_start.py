@@ -1,0 +1,60 @@
+"""PostgreSQL not up yet when the server and worker start: they wait for it, saying so in one
+log line per try (no traceback storm), then serve and work once it answers."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from jobstream.embedded_pg import EmbeddedPostgres, free_port
+from tests.support.polling import eventually
+from tests.support.processes import Processes
+
+
+async def test_server_and_worker_wait_for_a_late_database(process_group: Processes) -> None:
+    with tempfile.TemporaryDirectory(prefix="jobstream-late-pg-") as tmp:
+        postgres = EmbeddedPostgres(Path(tmp) / "data", durable=False)
+        port = free_port()
+        env = {
+            "DATABASE_URL": postgres.url,
+            "JOBSTREAM_PORT": str(port),
+            "JOBSTREAM_DB_CONNECT_TIMEOUT_S": "60",
+            "JOBSTREAM_LOG_JSON": "true",
+        }
+        server = process_group.spawn("server", env, name="server")
+        worker = process_group.spawn("worker", env, name="worker")
+        try:
+            for process in (server, worker):
+                line = await process.wait_for_log("database_unavailable", timeout_s=20)
+                assert line["level"] == "warning" and "attempt" in line
+            await asyncio.to_thread(postgres.start)
+            url = f"http://127.0.0.1:{port}"
+            async with httpx.AsyncClient(base_url=url, timeout=5) as client:
+
+                async def ready() -> int:
+                    try:
+                        return (await client.get("/readyz")).status_code
+                    except httpx.TransportError:
+                        return 0
+
+                await eventually(ready, lambda code: code == 200, what="ready", timeout_s=30)
+                simulate = {"tokens": 3, "tokens_per_second": 0, "first_token_delay_s": 0}
+                body = {"prompt": "late", "simulate": simulate}
+                job = (await client.post("/api/jobs", json=body)).json()
+
+                async def status() -> str:
+                    body = (await client.get(job["poll_url"])).json()
+                    return str(body["status"])
+
+                await eventually(status, lambda s: s == "succeeded", what="the job ran")
+            for process in (server, worker):
+                assert "Traceback" not in process.output()
+                retries = [e for e in process.log_events() if e["event"] == "database_unavailable"]
+                # One line per try, and tries back off: far fewer lines than a tight loop.
+                assert 1 <= len(retries) <= 40
+        finally:
+            process_group.close()
+            await asyncio.to_thread(postgres.destroy)
