@@ -63,7 +63,11 @@ class LeaseKeeper:
             self._check_now.clear()
             sent_at = loop.time()
             try:
-                state = await attempts.renew(self._pool, self._held, self._lease_s, self._clock)
+                # A renewal still unanswered when the lease has surely run out (a black-holed
+                # connection) cannot save it: give up then, rather than keep streaming (and
+                # paying the provider) for a job that another worker may hold by now.
+                async with asyncio.timeout_at(self.deadline):
+                    state = await attempts.renew(self._pool, self._held, self._lease_s, self._clock)
             except Fenced:
                 self._inbox.put_nowait(LeaseLost("lease renewal refused: the job moved on"))
                 return
