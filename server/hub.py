@@ -168,15 +168,21 @@ class Hub:
             except TimeoutError:
                 pass
             self._recheck_now.clear()
-            if not self._feeds:
+            asked = list(self._feeds)
+            if not asked:
                 continue
             try:
-                rows = await self._pool.fetch(queries.JOBS_LAST_SEQ, list(self._feeds))
+                rows = await self._pool.fetch(queries.JOBS_LAST_SEQ, asked)
             except (*db.DISCONNECTS, asyncpg.PostgresError) as exc:
                 log.warning("hub_recheck_failed", error=str(exc) or type(exc).__name__)
                 continue
             found = {row["id"]: row["last_seq"] for row in rows}
-            for job_id, feed in list(self._feeds.items()):
+            # Only the jobs asked about: a feed started while the query ran has no row yet and
+            # is not gone. A feed that ended meanwhile is no longer ours to wake or close.
+            for job_id in asked:
+                feed = self._feeds.get(job_id)
+                if feed is None:
+                    continue
                 if job_id in found:
                     feed.wake(found[job_id])
                 else:

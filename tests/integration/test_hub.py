@@ -13,12 +13,13 @@ import asyncpg
 import httpx
 import pytest
 
+from jobstream import queries
 from jobstream.settings import Settings
 from server.app import create_app
 from server.hub import Hub
 from tests.support import attempt_driver as drive
 from tests.support.http_server import serve
-from tests.support.polling import eventually
+from tests.support.polling import eventually, signalled
 from tests.support.sse_client import read_stream, reassemble
 
 
@@ -173,3 +174,48 @@ def _read_to_end(sock: socket.socket) -> bytes:
     while not data.endswith(b"\r\n0\r\n\r\n") and (chunk := sock.recv(65536)):
         data += chunk
     return bytes(data)
+
+
+class _GatedRecheck:
+    """The pool, except that the hub's re-check query waits at a gate the test opens."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        if query == queries.JOBS_LAST_SEQ:
+            self.entered.set()
+            await self.gate.wait()
+        return await self._pool.fetch(query, *args)
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        return await self._pool.fetchval(query, *args)
+
+
+async def test_a_job_followed_during_a_recheck_is_not_closed_as_gone(
+    client: httpx.AsyncClient, pool: asyncpg.Pool, database_url: str
+) -> None:
+    first, second = await create(client), await create(client)
+    gated = _GatedRecheck(pool)
+    hub = Hub(
+        database_url=database_url,
+        pool=gated,  # type: ignore[arg-type]
+        recheck_s=0.05,
+        probe_s=10.0,
+        buffer=16,
+    )
+    await hub.start()
+    try:
+        early = await hub.subscribe(uuid.UUID(first["id"]))
+        await signalled(gated.entered.wait(), what="the re-check reads the followed jobs")
+        gated.entered.clear()
+        # Followed after the re-check read its list: the re-check has no row for it.
+        late = await hub.subscribe(uuid.UUID(second["id"]))
+        gated.gate.set()
+        await signalled(gated.entered.wait(), what="the re-check finishes a round")
+        assert early.reason is None
+        assert late.reason is None
+    finally:
+        await hub.stop()
