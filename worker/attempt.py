@@ -208,6 +208,10 @@ class AttemptRunner:
         for task in (pump, lease):
             task.cancel()
         outcomes = await asyncio.gather(pump, lease, return_exceptions=True)
+        for task, outcome in zip((pump, lease), outcomes, strict=True):
+            # Each task reports its own failures through the inbox; raising is a bug of ours.
+            if isinstance(outcome, Exception):
+                log.error("attempt_task_crashed", task=task.get_name(), exc_info=outcome)
         # A cancelled stream that closed without another error: the provider stopped for us.
         self._provider_stopped = stream_running and isinstance(outcomes[0], asyncio.CancelledError)
 
