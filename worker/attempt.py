@@ -277,7 +277,7 @@ class AttemptRunner:
                 return await self._hand_back()
 
     async def _succeed(self) -> AttemptResult:
-        usage = self._usage or self._estimated_usage(cost_known=False)
+        usage = self._usage_so_far()
         text = self._coalescer.output
         await self._persist(
             lambda: attempts.succeed(self._pool, self.held, text, usage, self._clock)
@@ -312,7 +312,7 @@ class AttemptRunner:
         elif failure.billed_nothing and self._coalescer.deltas == 0:
             usage = Usage(cost_usd=Decimal(0), cost_known=True)
         else:
-            usage = self._estimated_usage(cost_known=False)
+            usage = self._estimated_usage()
         await self._persist(
             lambda: attempts.fail(
                 self._pool,
@@ -347,7 +347,7 @@ class AttemptRunner:
         log.info("provider_paused", provider=self.held.provider, until=until.isoformat())
 
     async def _confirm_cancel(self) -> AttemptResult:
-        usage = self._usage or self._estimated_usage(cost_known=False)
+        usage = self._usage_so_far()
         await self._persist(
             lambda: attempts.confirm_cancel(
                 self._pool,
@@ -366,17 +366,21 @@ class AttemptRunner:
         return "cancelled"
 
     async def _hand_back(self) -> AttemptResult:
-        usage = self._usage or self._estimated_usage(cost_known=False)
+        usage = self._usage_so_far()
         await self._persist(lambda: attempts.hand_back(self._pool, self.held, usage, self._clock))
         log.info("attempt_handed_back", status="queued", **_usage_fields(usage))
         return "interrupted"
 
-    def _estimated_usage(self, *, cost_known: bool) -> Usage:
+    def _usage_so_far(self) -> Usage:
+        """The provider's own usage once it sent it; until then our estimate, flagged as such."""
+        return self._usage or self._estimated_usage()
+
+    def _estimated_usage(self) -> Usage:
         produced = self._coalescer.deltas
         return Usage(
             output_tokens=produced,
             cost_usd=self._provider.estimate_cost(self._request, produced),
-            cost_known=cost_known,
+            cost_known=False,
         )
 
     async def _persist(self, write: Callable[[], Awaitable[T]]) -> T:
