@@ -361,24 +361,25 @@ SELECT provider,
   FROM provider_state
 """
 
-# Cumulative histogram counts over the bucket bounds in $1 (seconds), plus count and sum.
-METRICS_QUEUE_WAIT = """
-WITH d AS (SELECT extract(epoch FROM started_at - created_at)::float8 AS s
-             FROM jobs WHERE started_at IS NOT NULL)
+# Cumulative histogram counts over the bucket bounds in $1 (seconds), plus count and sum, of the
+# durations `{seconds}` selects (one column, `s`).
+_HISTOGRAM = """
+WITH d AS ({seconds})
 SELECT array(SELECT (SELECT count(*) FROM d WHERE d.s <= b) FROM unnest($1::float8[]) AS b)
          AS buckets,
        (SELECT count(*) FROM d) AS n,
        (SELECT coalesce(sum(s), 0) FROM d) AS total
 """
 
-METRICS_RUN_DURATION = """
-WITH d AS (SELECT extract(epoch FROM finished_at - started_at)::float8 AS s
-             FROM job_attempts WHERE finished_at IS NOT NULL)
-SELECT array(SELECT (SELECT count(*) FROM d WHERE d.s <= b) FROM unnest($1::float8[]) AS b)
-         AS buckets,
-       (SELECT count(*) FROM d) AS n,
-       (SELECT coalesce(sum(s), 0) FROM d) AS total
-"""
+METRICS_QUEUE_WAIT = _HISTOGRAM.format(
+    seconds="SELECT extract(epoch FROM started_at - created_at)::float8 AS s"
+    " FROM jobs WHERE started_at IS NOT NULL"
+)
+
+METRICS_RUN_DURATION = _HISTOGRAM.format(
+    seconds="SELECT extract(epoch FROM finished_at - started_at)::float8 AS s"
+    " FROM job_attempts WHERE finished_at IS NOT NULL"
+)
 
 # --- money: reserve at create, charge once on success, release on any other end ---
 
