@@ -56,6 +56,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from tests.support.polling import eventually
+
 ReplyKind = Literal["ok", "error", "malformed", "hang", "disconnect", "stream_error"]
 # Kinds that break a stream after `after_tokens` tokens.
 _STREAM_FAULTS: Final = frozenset({"malformed", "hang", "disconnect", "stream_error"})
@@ -660,17 +662,15 @@ class FakeOpenAI:
     async def wait_until(
         self, predicate: Callable[[Stats], bool], *, within_s: float = 5.0
     ) -> Stats:
-        """Poll the counters until `predicate` holds; TimeoutError (with the last stats) after
+        """Poll the counters until `predicate` holds; AssertionError (with the last stats) after
         `within_s` seconds."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within_s
-        while True:
-            stats = self.stats()
-            if predicate(stats):
-                return stats
-            if loop.time() >= deadline:
-                raise TimeoutError(f"fake OpenAI never reached the condition: {stats}")
-            await asyncio.sleep(0.01)
+
+        async def probe() -> Stats:
+            return self.stats()
+
+        return await eventually(
+            probe, predicate, what="the fake OpenAI reaches the condition", timeout_s=within_s
+        )
 
     def start(self, timeout: float = 10.0) -> None:
         self._thread.start()
