@@ -16,6 +16,7 @@ const CONNECTION_TEXT = {
   reconnecting: "reconnecting…",
   polling: "polling",
   "polling-retry": "polling: server unreachable, retrying…",
+  unreachable: "server unreachable, retrying…",
   closed: "",
 };
 

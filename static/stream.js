@@ -50,19 +50,29 @@ export class JobFollower {
     this.stopper.abort();
   }
 
+  // The job resource, retried while the server is unreachable or answers 5xx (a restart or a
+  // deploy under a page being reloaded); a 4xx means the job is gone, and following stops.
   async loadSnapshot() {
-    try {
-      const job = await getJob(this.jobId, this.stopper.signal);
-      this.lastSeq = job.last_seq;
-      this.attempt = job.output.attempt;
-      this.eventsUrl = job.events_url;
-      this.view.snapshot(job);
-      return job;
-    } catch (err) {
-      if (this.stopper.signal.aborted) return null;
-      this.finish();
-      this.view.gone(err);
-      return null;
+    const signal = this.stopper.signal;
+    for (let failures = 1; ; failures += 1) {
+      try {
+        const job = await getJob(this.jobId, signal);
+        this.lastSeq = job.last_seq;
+        this.attempt = job.output.attempt;
+        this.eventsUrl = job.events_url;
+        this.view.snapshot(job);
+        return job;
+      } catch (err) {
+        if (signal.aborted) return null;
+        if (err instanceof ApiError && err.status < 500) {
+          this.finish();
+          this.view.gone(err);
+          return null;
+        }
+        this.view.connection("unreachable", err.message);
+        await sleep(Math.min(10_000, 250 * 2 ** failures), signal);
+        if (signal.aborted) return null;
+      }
     }
   }
 

@@ -235,6 +235,32 @@ async def test_refused_stream_falls_back_to_polling(page: Page, stack: Stack) ->
     assert_prefixes((await seen(page))["outputs"], expected)
 
 
+async def test_snapshot_unreachable_at_first_is_retried_until_it_loads(
+    page: Page, stack: Stack
+) -> None:
+    tokens = 60
+    expected = count_text(tokens)
+    job = await stack.create_job(count_job(tokens, tokens_per_second=60))
+    refused = 0
+
+    async def unreachable_twice(route: Route) -> None:
+        # A server restarting under a reloaded page: the first snapshot requests fail.
+        nonlocal refused
+        if refused < 2:
+            refused += 1
+            await route.abort("connectionrefused")
+        else:
+            await route.continue_()
+
+    await page.route(f"**/api/jobs/{job['id']}", unreachable_twice)
+    await open_page(page, f"/jobs/{job['id']}")
+
+    await expect_finished(page, "succeeded", expected)
+    assert refused == 2
+    assert "unreachable" in (await seen(page))["connections"]
+    await expect(page.locator("#job-missing")).to_be_hidden()
+
+
 async def test_cancel_running_job_ends_cancelled(page: Page, stack: Stack) -> None:
     job = await stack.create_job(count_job(5000, tokens_per_second=25))
     await open_page(page, f"/jobs/{job['id']}")
