@@ -187,12 +187,17 @@ async def test_fault_on_first_attempt_shows_reset_and_retry(page: Page, stack: S
 
 
 async def test_permanent_fault_ends_failed_with_its_error_class(page: Page, stack: Stack) -> None:
-    fault = {"attempt": 1, "after_tokens": 10, "kind": "permanent"}
-    job = await stack.create_job(count_job(50, tokens_per_second=100, faults=[fault]))
+    # Slow enough that the page is following live when the attempt fails (about 1.5 s in):
+    # a page opened on a finished job reads the snapshot and never sees the events.
+    fault = {"attempt": 1, "after_tokens": 30, "kind": "permanent"}
+    job = await stack.create_job(count_job(50, tokens_per_second=20, faults=[fault]))
     await open_page(page, f"/jobs/{job['id']}")
+    await expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "live")
 
-    await expect_finished(page, "failed", count_text(10))
+    await expect_finished(page, "failed", count_text(30))
     await expect(page.get_by_test_id("error-class")).to_have_text("permanent")
+    # Only the `attempt_error` event says this: a permanent failure has no `status` after it.
+    await expect(page.get_by_test_id("notes")).to_contain_text("Attempt 1 failed: permanent")
     await expect(page.get_by_role("button", name="Cancel job")).to_be_hidden()
     await expect(page.get_by_test_id("attempts")).to_have_text("1 of 3")
 
