@@ -38,7 +38,7 @@ async def test_the_listener_reconnects_after_its_connection_is_killed(
             lambda pids: len(pids) == 1 and pids[0] != old_pid,
             what="a new listener connection",
         )
-        # The lost connection cleared `listening` before the new one was opened.
+        # A new backend is not enough: a NOTIFY sent before its LISTEN would be missed.
         await signalled(worker.listening.wait(), what="LISTEN is in effect again")
         # Listening again: a job created now is picked up at once, with no polling.
         job_id = await create_job(pool, simulate=fast(3))
