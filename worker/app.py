@@ -59,6 +59,7 @@ async def serve(settings: Settings) -> None:
     stopping = asyncio.create_task(stop_requested.wait(), name="stop-requested")
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()
+    await asyncio.gather(stopping, return_exceptions=True)
     if not starting.done():
         starting.cancel()
         await asyncio.gather(starting, return_exceptions=True)
