@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 import structlog
 from starlette.applications import Starlette
@@ -36,13 +36,18 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await db.wait_for_database(database_url, settings.db_connect_timeout_s)
-        pool = await db.create_pool(
-            database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
-        )
-        try:
+        # Each part is released on every way out, start-up failures included, in reverse order:
+        # streams are told to end, the hub's tasks stop, then providers and pool close.
+        async with AsyncExitStack() as cleanup:
+            await db.wait_for_database(database_url, settings.db_connect_timeout_s)
+            pool = await db.create_pool(
+                database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
+            )
+            cleanup.push_async_callback(pool.close)
             async with pool.acquire() as conn:
                 await db.apply_schema(conn)
+            providers = build_providers(settings)
+            cleanup.push_async_callback(close_providers, providers)
             hub = Hub(
                 database_url=database_url,
                 pool=pool,
@@ -50,26 +55,20 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
                 probe_s=settings.hub_probe_s,
                 buffer=settings.subscriber_buffer,
             )
+            cleanup.push_async_callback(hub.stop)
+            cleanup.callback(shutdown.begin)
             await hub.start()
             shutdown.on_begin(hub.drain)
-            providers = build_providers(settings)
-            try:
-                app.state.js = AppState(
-                    settings=settings,
-                    clock=clock or DatabaseClock(),
-                    pool=pool,
-                    hub=hub,
-                    tokens=tokens,
-                    providers=providers,
-                )
-                log.info("server_ready")
-                yield
-            finally:
-                shutdown.begin()
-                await hub.stop()
-                await close_providers(providers)
-        finally:
-            await pool.close()
+            app.state.js = AppState(
+                settings=settings,
+                clock=clock or DatabaseClock(),
+                pool=pool,
+                hub=hub,
+                tokens=tokens,
+                providers=providers,
+            )
+            log.info("server_ready")
+            yield
 
     routes = [
         Route("/healthz", health.healthz),

@@ -219,3 +219,20 @@ async def test_a_job_followed_during_a_recheck_is_not_closed_as_gone(
         assert late.reason is None
     finally:
         await hub.stop()
+
+
+async def test_a_start_up_that_fails_leaves_no_hub_task_running(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Building the providers failed after the hub had started: its listener and re-check went
+    # on reconnecting to a database the server had given up on.
+    def broken(_settings: Settings) -> Any:
+        raise ValueError("bad provider configuration")
+
+    monkeypatch.setattr("server.app.build_providers", broken)
+    app = create_app(settings)
+    with pytest.raises(ValueError, match="bad provider configuration"):
+        async with app.router.lifespan_context(app):
+            pass
+    hub_tasks = [t for t in asyncio.all_tasks() if t.get_name().startswith("hub-")]
+    assert hub_tasks == []
