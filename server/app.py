@@ -90,6 +90,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
         exception_handlers={
             problems.Problem: problems.handle_problem,
             HTTPException: problems.handle_http_exception,
+            Exception: problems.handle_unexpected,
         },
     )
     app.state.shutdown = shutdown  # found by server.shutdown.DrainingServer

@@ -9,6 +9,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from jobstream import db
+from jobstream.errors import DatabaseUnavailable
+
 MEDIA_TYPE = "application/problem+json"
 
 
@@ -74,4 +77,17 @@ async def handle_http_exception(request: Request, exc: Exception) -> Response:
         str(exc.detail),
         headers=dict(exc.headers or {}),
     )
+    return response(problem)
+
+
+async def handle_unexpected(request: Request, exc: Exception) -> Response:
+    """Anything no handler expected, still as problem+json (the traceback is logged by the
+    server, never sent). Losing the database is an outage the client may wait out: 503."""
+    if isinstance(exc, (*db.DISCONNECTS, DatabaseUnavailable)):
+        problem = Problem(
+            503, "database-unavailable", "Service unavailable",
+            "The database does not answer; try again shortly.", headers={"Retry-After": "1"},
+        )  # fmt: skip
+    else:
+        problem = Problem(500, "internal", "Internal server error", "The server failed.")
     return response(problem)

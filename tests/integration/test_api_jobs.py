@@ -10,6 +10,8 @@ import asyncpg
 import httpx
 import pytest
 
+from jobstream import jobs
+
 PROBLEM = "application/problem+json"
 
 
@@ -182,6 +184,24 @@ async def test_unknown_route_and_method_are_problems(client: httpx.AsyncClient) 
     response = await client.delete("/api/jobs")
     assert response.status_code == 405
     assert response.headers["content-type"] == PROBLEM
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [(asyncpg.ConnectionDoesNotExistError("connection lost"), 503), (KeyError("bug"), 500)],
+)
+async def test_an_unexpected_error_is_a_problem_not_plain_text(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, error: Exception, status: int
+) -> None:
+    async def failing(*args: object) -> object:
+        raise error
+
+    monkeypatch.setattr(jobs, "snapshot", failing)
+    response = await client.get(f"/api/jobs/{uuid.uuid4()}")
+    assert response.status_code == status
+    assert response.headers["content-type"] == PROBLEM
+    assert response.json()["status"] == status
+    assert "bug" not in response.text  # nothing of the exception reaches the client
 
 
 async def test_list_is_newest_first_with_cursor_pages(client: httpx.AsyncClient) -> None:
