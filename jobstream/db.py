@@ -12,6 +12,7 @@ import orjson
 import structlog
 from asyncpg.pool import PoolConnectionProxy
 
+from jobstream import queries
 from jobstream.errors import DatabaseUnavailable
 
 log = structlog.get_logger(__name__)
@@ -118,7 +119,7 @@ async def apply_schema(conn: Conn, sql: str | None = None) -> int:
         sql = load_schema()  # a few KB read once at start-up
     version = schema_version(sql)
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK_ID)
+        await conn.execute(queries.LOCK_SCHEMA, SCHEMA_LOCK_ID)
         await conn.execute(sql)
     log.info("schema_applied", version=version)
     return version

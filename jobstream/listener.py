@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import structlog
 
-from jobstream import db
+from jobstream import db, queries
 
 log = structlog.get_logger(__name__)
 
@@ -84,7 +84,7 @@ class Listener:
                 async with asyncio.timeout(self._probe_interval_s):
                     await lost.wait()
             except TimeoutError:
-                await conn.fetchval("SELECT 1", timeout=PROBE_TIMEOUT_S)
+                await conn.fetchval(queries.PING, timeout=PROBE_TIMEOUT_S)
         log.warning("listener_lost", error="connection closed")
 
 

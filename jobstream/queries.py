@@ -14,6 +14,14 @@ CHANNEL_CANCEL = "jobstream_cancel"  # payload "job_id": a running job was asked
 
 NOW = "coalesce({}::timestamptz, clock_timestamp())"
 
+# --- connections ---
+
+# A liveness probe: readiness, and the LISTEN connection's check that it is still alive.
+PING = "SELECT 1"
+
+# db.apply_schema holds it for its transaction: one process at a time creates or alters tables.
+LOCK_SCHEMA = "SELECT pg_advisory_xact_lock($1)"
+
 # --- events ---
 
 # Append events to a job's log. The UPDATE allocates the seq range under the job's row lock, so

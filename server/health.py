@@ -7,6 +7,7 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import Response
 
+from jobstream import queries
 from server.problems import Problem
 from server.responses import json_response
 from server.state import state
@@ -21,8 +22,8 @@ async def readyz(request: Request) -> Response:
     """The process can do its work: the database answers."""
     try:
         async with asyncio.timeout(2):
-            await state(request).pool.fetchval("SELECT 1")
-    except (OSError, TimeoutError, Exception) as exc:
+            await state(request).pool.fetchval(queries.PING)
+    except Exception as exc:  # whatever the cause, the answer is "not ready"
         raise Problem(
             503, "not-ready", "Not ready", f"The database does not answer: {type(exc).__name__}"
         ) from exc
