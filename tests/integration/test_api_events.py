@@ -42,6 +42,13 @@ async def finished_job(client: httpx.AsyncClient, pool: asyncpg.Pool) -> dict[st
     return job
 
 
+async def until_followers(hub: Hub, n: int, *, what: str) -> None:
+    async def followers() -> int:
+        return hub.subscribers
+
+    await eventually(followers, lambda count: count == n, what=what)
+
+
 def plain(job: dict[str, Any]) -> str:
     """The events URL without a token (a client that authenticates otherwise)."""
     return f"/api/jobs/{job['id']}/events"
@@ -190,10 +197,7 @@ async def test_a_cursor_past_the_end_of_the_log_waits_for_events_after_it(
     reader = asyncio.create_task(read_stream(client, plain(job), last_event_id="5"))
     beyond = asyncio.create_task(read_stream(client, plain(job), last_event_id="99"))
 
-    async def followers() -> int:
-        return hub.subscribers
-
-    await eventually(followers, lambda n: n == 2, what="both readers follow the job")
+    await until_followers(hub, 2, what="both readers follow the job")
     held = await drive.claim(pool)
     await drive.tokens(pool, held, ["a", "b", "c"])
     await drive.succeed(pool, held, "abc")
@@ -219,10 +223,7 @@ async def test_long_poll_wakes_soon_after_a_new_event(
         client.get(plain(job), params={"after": str(cursor), "wait": "20"})
     )
 
-    async def followers() -> int:
-        return hub.subscribers
-
-    await eventually(followers, lambda n: n == 1, what="the long-poll is parked on the hub")
+    await until_followers(hub, 1, what="the long-poll is parked on the hub")
     appended_at = time.monotonic()
     await drive.tokens(pool, held, ["hello"])
     answer = (await asyncio.wait_for(waiting, 10)).json()
@@ -260,21 +261,15 @@ async def test_heartbeats_arrive_when_nothing_happens(quiet_app: str, pool: asyn
 
 async def test_server_shutdown_ends_open_streams_promptly(settings: Settings) -> None:
     app = create_app(settings)
-    hub: Hub | None = None
     async with httpx.AsyncClient(timeout=10) as client:
         async with serve(app) as url:
-            hub = app.state.js.hub
+            hub: Hub = app.state.js.hub
             async with httpx.AsyncClient(base_url=url) as creator:
                 job = await create(creator)
             readers = [
                 asyncio.create_task(read_stream(client, url + job["events_url"])) for _ in range(3)
             ]
-
-            async def followers() -> int:
-                assert hub is not None
-                return hub.subscribers
-
-            await eventually(followers, lambda n: n == 3, what="three streams follow the job")
+            await until_followers(hub, 3, what="three streams follow the job")
             stopping_at = time.monotonic()
         stopped_after = time.monotonic() - stopping_at
         received = await asyncio.gather(*readers)
