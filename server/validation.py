@@ -24,9 +24,13 @@ class _Fields:
     def error(self, name: str, message: str) -> None:
         self.errors.append({"field": name, "message": message})
 
-    def string(self, name: str, default: str | None, *, lo: int, hi: int) -> str | None:
+    def string(
+        self, name: str, default: str | None, *, lo: int, hi: int, required: bool = False
+    ) -> str | None:
         value = self.body.get(name, default)
         if value is None:
+            if required:
+                self.error(name, "is required")
             return None
         if not isinstance(value, str):
             self.error(name, "must be a string")
@@ -89,9 +93,7 @@ def job_spec(body: dict[str, Any], *, default_provider: str) -> JobSpec:
     }  # fmt: skip
     for name in sorted(set(body) - known):
         fields.error(name, "unknown field")
-    if "prompt" not in body:
-        fields.error("prompt", "is required")
-    prompt = fields.string("prompt", "", lo=1, hi=200_000) or ""
+    prompt = fields.string("prompt", None, lo=1, hi=200_000, required=True) or ""
     provider = fields.string("provider", default_provider, lo=1, hi=64) or default_provider
     if provider not in PROVIDERS:
         fields.error("provider", f"must be one of {', '.join(PROVIDERS)}")

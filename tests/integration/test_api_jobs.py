@@ -118,6 +118,16 @@ async def test_every_bad_field_is_reported_at_once(client: httpx.AsyncClient) ->
     assert fields == {"prompt", "max_tokens", "x"}
 
 
+async def test_a_null_prompt_is_refused_not_run_empty_and_a_missing_one_is_one_error(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    for payload in ({"simulate": {}}, {"prompt": None}):
+        response = await client.post("/api/jobs", json=payload)
+        assert response.status_code == 422
+        assert response.json()["errors"] == [{"field": "prompt", "message": "is required"}]
+    assert await job_count(pool) == 0
+
+
 @pytest.mark.parametrize("raw", [b"{not json", b"", b"[1, 2]"])
 async def test_malformed_bodies_are_problems(
     client: httpx.AsyncClient, pool: asyncpg.Pool, raw: bytes
