@@ -194,7 +194,8 @@ class AttemptRunner:
         except ProviderError as exc:
             ending = StreamFailed(Failure.from_provider(exc))
         except TimeoutError:
-            ending = StreamFailed(Failure.timed_out(timeout_s))
+            sent = self._request.send_mark.sent
+            ending = StreamFailed(Failure.timed_out(timeout_s, request_sent=sent))
         except Exception as exc:
             log.exception("provider_stream_crashed")
             ending = StreamFailed(Failure.internal(exc))

@@ -24,10 +24,15 @@ class Failure:
         return cls(exc.kind, exc.error_class, exc.message, exc.retry_after_s, exc.billed_nothing)
 
     @classmethod
-    def timed_out(cls, timeout_s: float) -> Failure:
+    def timed_out(cls, timeout_s: float, *, request_sent: bool) -> Failure:
+        message = f"no complete answer within the {timeout_s:g} s limit"
+        if not request_sent:
+            # Still connecting (or waiting for a pooled connection): the provider never saw the
+            # request, so a retry is safe and the attempt cost nothing.
+            return cls("transient", "timeout", message + " (request not sent)", billed_nothing=True)
         # After the request went out, silence says nothing about whether the provider did the
         # work: the outcome is unknown.
-        return cls("unknown", "timeout", f"no complete answer within the {timeout_s:g} s limit")
+        return cls("unknown", "timeout", message)
 
     @classmethod
     def internal(cls, exc: BaseException) -> Failure:

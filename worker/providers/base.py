@@ -14,6 +14,20 @@ from typing import Any, Protocol
 from jobstream.usage import Usage
 
 
+class SendMark:
+    """Set by a provider the moment its request starts going out.
+
+    The attempt's own timeout can fire at any point; before the request was sent the failure is
+    safely retryable (transient), after it the provider may be working and billing (unknown).
+    """
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    def mark(self) -> None:
+        self.sent = True
+
+
 @dataclass(frozen=True)
 class ProviderRequest:
     prompt: str
@@ -22,6 +36,7 @@ class ProviderRequest:
     attempt: int
     # Fields of the job's `simulate` object; only the simulated provider reads them.
     simulate: dict[str, Any] = field(default_factory=dict)
+    send_mark: SendMark = field(default_factory=SendMark)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from jobstream.errors import ProviderError
 from jobstream.settings import Settings
 from jobstream.usage import Usage
 from worker.providers import classify
-from worker.providers.base import ProviderRequest, StreamItem, TextDelta
+from worker.providers.base import ProviderRequest, SendMark, StreamItem, TextDelta
 
 log = structlog.get_logger(__name__)
 
@@ -44,12 +44,14 @@ class _SendTrace:
     """httpcore's `trace` extension tells us when the request starts going out: the line
     between "safe to retry" and "the provider may be working on it"."""
 
-    def __init__(self) -> None:
+    def __init__(self, mark: SendMark) -> None:
         self.request_sent = False
+        self._mark = mark
 
     async def __call__(self, event: str, info: dict[str, Any]) -> None:
         if event.endswith("send_request_headers.started"):
             self.request_sent = True
+            self._mark.mark()
 
 
 class _SseDecoder:
@@ -125,7 +127,7 @@ class OpenAIProvider:
 
     async def stream(self, request: ProviderRequest) -> AsyncGenerator[StreamItem, None]:
         model = request.model or self._model
-        trace = _SendTrace()
+        trace = _SendTrace(request.send_mark)
         http_request = self._client.build_request(
             "POST",
             self._url,

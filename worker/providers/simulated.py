@@ -165,6 +165,7 @@ class SimulatedProvider:
                 "permanent", str(exc), status_code=400, request_sent=True, refused=True
             ) from exc
         fault = sim.fault_for(request.attempt)
+        request.send_mark.mark()  # the simulated request is "sent" as soon as it is valid
         await self._pause(sim.first_token_delay_s)
         # A fault past the last token fires after all of them, before the usage: the stream
         # broke before its end marker.
