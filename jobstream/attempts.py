@@ -137,6 +137,12 @@ async def append_tokens(pool: asyncpg.Pool, held: Claimed, texts: Sequence[str])
         )
 
 
+async def written_chars(pool: asyncpg.Pool, held: Claimed) -> int:
+    """Characters of this attempt's text already committed to the log."""
+    count: int = await pool.fetchval(queries.ATTEMPT_TEXT_LENGTH, held.job_id, held.attempt)
+    return count
+
+
 async def _finish_attempt(
     conn: Conn,
     held: Claimed,

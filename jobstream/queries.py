@@ -62,6 +62,14 @@ JOB_LAST_SEQ = "SELECT last_seq FROM jobs WHERE id = $1"
 # events a lost NOTIFY did not announce. One statement for every followed job.
 JOBS_LAST_SEQ = "SELECT id, last_seq FROM jobs WHERE id = ANY($1::uuid[])"
 
+# How much of an attempt's text is durably in the log: after a write whose commit reply was lost,
+# the attempt reads this instead of guessing whether its chunk landed.
+ATTEMPT_TEXT_LENGTH = """
+SELECT coalesce(sum(length(data->>'text')), 0)
+  FROM job_events
+ WHERE job_id = $1 AND attempt = $2 AND type = 'token'
+"""
+
 FIRST_RETAINED_SEQ = "SELECT min(seq) FROM job_events WHERE job_id = $1"
 
 # The snapshot: the text the current attempt has produced so far.

@@ -38,6 +38,7 @@ from worker.inbox import (
 )
 from worker.lease import LeaseKeeper
 from worker.providers.base import Provider, ProviderRequest, TextDelta
+from worker.token_log import TokenLog
 
 log = structlog.get_logger(__name__)
 
@@ -103,6 +104,7 @@ class AttemptRunner:
         self._coalescer = Coalescer(
             interval_s=settings.flush_interval_s, max_bytes=settings.flush_bytes
         )
+        self._tokens = TokenLog(pool, held)
         self._lease = LeaseKeeper(
             pool, held, self._inbox, lease_s=settings.lease_s, clock=clock, claimed_at=claimed_at
         )
@@ -222,7 +224,7 @@ class AttemptRunner:
         if not chunk:
             return
         try:
-            await attempts.append_tokens(self._pool, self.held, [chunk])
+            await self._tokens.write(chunk)
         except db.DISCONNECTS as exc:
             log.warning("token_flush_failed", error=str(exc) or type(exc).__name__)
             self._coalescer.put_back(chunk, asyncio.get_running_loop().time())
@@ -245,7 +247,7 @@ class AttemptRunner:
             chunk = self._coalescer.take()
             if chunk:
                 # The append fence admits `cancelling` too: a refusal here means we lost the job.
-                await self._persist(lambda: attempts.append_tokens(self._pool, self.held, [chunk]))
+                await self._persist(lambda: self._tokens.write(chunk))
             try:
                 return await self._record(ending)
             except Fenced as refused:
