@@ -7,7 +7,8 @@ clocks disagree about a lease; tests pass an injected time instead (jobstream/cl
 
 from __future__ import annotations
 
-# Channels. NOTIFY payloads carry only identifiers: the tables are the truth.
+# Channels, named only here: the statements below notify on them, the listeners listen on them.
+# NOTIFY payloads carry only identifiers: the tables are the truth.
 CHANNEL_EVENTS = "jobstream_events"  # payload "job_id:last_seq"
 CHANNEL_JOBS = "jobstream_jobs"  # payload "provider": a job became runnable
 CHANNEL_CANCEL = "jobstream_cancel"  # payload "job_id": a running job was asked to stop
@@ -28,7 +29,7 @@ LOCK_SCHEMA = "SELECT pg_advisory_xact_lock($1)"
 # commit order equals seq order (DESIGN.md §4.3); the insert and the NOTIFY ride in the same
 # statement. $2 (run_token) fences the write: NULL for writes by the API (no attempt involved),
 # else the attempt's token, and then only while the job is active.
-APPEND_EVENTS = """
+APPEND_EVENTS = f"""
 WITH bumped AS (
     UPDATE jobs
        SET last_seq = last_seq + cardinality($3::text[]), updated_at = clock_timestamp()
@@ -41,7 +42,7 @@ WITH bumped AS (
       FROM bumped, unnest($3::text[], $5::jsonb[]) WITH ORDINALITY AS e (type, data, ord)
     RETURNING seq
 )
-SELECT last_seq, pg_notify('jobstream_events', $1::text || ':' || last_seq) FROM bumped
+SELECT last_seq, pg_notify('{CHANNEL_EVENTS}', $1::text || ':' || last_seq) FROM bumped
 """
 
 EVENTS_AFTER = """
@@ -70,8 +71,6 @@ SELECT coalesce(sum(length(data->>'text')), 0)
  WHERE job_id = $1 AND attempt = $2 AND type = 'token'
 """
 
-FIRST_RETAINED_SEQ = "SELECT min(seq) FROM job_events WHERE job_id = $1"
-
 # The snapshot: the text the current attempt has produced so far.
 ATTEMPT_TEXT = """
 SELECT coalesce(string_agg(data->>'text', '' ORDER BY seq), '')
@@ -94,8 +93,6 @@ RETURNING *
 SELECT_JOB_BY_KEY = "SELECT * FROM jobs WHERE tenant_id = $1 AND idempotency_key = $2"
 
 SELECT_JOB = "SELECT * FROM jobs WHERE id = $1 AND tenant_id = $2"
-
-SELECT_JOB_ANY_TENANT = "SELECT * FROM jobs WHERE id = $1"
 
 SELECT_JOB_FOR_UPDATE = "SELECT * FROM jobs WHERE id = $1 AND tenant_id = $2 FOR UPDATE"
 
@@ -131,8 +128,8 @@ REQUEST_CANCEL_RUNNING = """
 UPDATE jobs
    SET status = 'cancelling', cancel_requested_at = {now}, updated_at = {now}
  WHERE id = $1 AND status = 'running'
-RETURNING *, pg_notify('jobstream_cancel', id::text)
-""".format(now=NOW.format("$2"))
+RETURNING *, pg_notify('{channel}', id::text)
+""".format(now=NOW.format("$2"), channel=CHANNEL_CANCEL)
 
 # An operator's second chance for a dead job: a fresh set of attempts, from now.
 RETRY_DEAD = """
@@ -140,10 +137,10 @@ UPDATE jobs
    SET status = 'queued', run_after = {now}, uncounted_attempts = attempts, finished_at = NULL,
        error = NULL, run_token = NULL, lease_until = NULL, worker_id = NULL, updated_at = {now}
  WHERE id = $1 AND status = 'dead'
-RETURNING *, pg_notify('jobstream_jobs', provider)
-""".format(now=NOW.format("$2"))
+RETURNING *, pg_notify('{channel}', provider)
+""".format(now=NOW.format("$2"), channel=CHANNEL_JOBS)
 
-NOTIFY_RUNNABLE = "SELECT pg_notify('jobstream_jobs', $1::text)"
+NOTIFY_RUNNABLE = f"SELECT pg_notify('{CHANNEL_JOBS}', $1::text)"
 
 # --- the worker ---
 
@@ -260,8 +257,8 @@ UPDATE jobs
        run_token = NULL, lease_until = NULL, worker_id = NULL, updated_at = {now},
        uncounted_attempts = uncounted_attempts + $6
  WHERE id = $1 AND run_token = $2 AND status = 'running'
-RETURNING *, pg_notify('jobstream_jobs', provider)
-""".format(now=NOW.format("$5"))
+RETURNING *, pg_notify('{channel}', provider)
+""".format(now=NOW.format("$5"), channel=CHANNEL_JOBS)
 
 # A terminal failure (`failed` or `dead`).
 FAIL_JOB = """
@@ -303,8 +300,8 @@ UPDATE jobs
    SET status = 'queued', run_after = {now}, run_token = NULL, lease_until = NULL,
        worker_id = NULL, error = $2, updated_at = {now}
  WHERE id = $1
-RETURNING *, pg_notify('jobstream_jobs', provider)
-""".format(now=NOW.format("$3"))
+RETURNING *, pg_notify('{channel}', provider)
+""".format(now=NOW.format("$3"), channel=CHANNEL_JOBS)
 
 REAP_TO_TERMINAL = """
 UPDATE jobs
