@@ -24,7 +24,8 @@ def subscription(limit: int, released: list[Subscription]) -> Subscription:
 async def test_batches_arrive_in_order_and_wake_the_reader() -> None:
     sub = subscription(10, [])
     reader = asyncio.create_task(sub.get())
-    await asyncio.sleep(0)  # the reader is parked
+    await asyncio.sleep(0)  # one turn of the loop: the reader runs until it waits
+    assert not reader.done()  # parked on an empty buffer, so the offer below must wake it
     assert sub.offer(events(1, 2))
     assert [e.seq for e in await reader] == [1, 2]
     sub.offer(events(3))
