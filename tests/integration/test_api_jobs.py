@@ -121,7 +121,8 @@ async def test_every_bad_field_is_reported_at_once(client: httpx.AsyncClient) ->
 async def test_a_null_prompt_is_refused_not_run_empty_and_a_missing_one_is_one_error(
     client: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
-    for payload in ({"simulate": {}}, {"prompt": None}):
+    payloads: list[dict[str, Any]] = [{"simulate": {}}, {"prompt": None}]
+    for payload in payloads:
         response = await client.post("/api/jobs", json=payload)
         assert response.status_code == 422
         assert response.json()["errors"] == [{"field": "prompt", "message": "is required"}]
