@@ -7,17 +7,22 @@ as a browser's EventSource would.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httpx
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def frame(event: str, data: str, *, id: str | None = None) -> bytes:
     lines = [f"id: {id}"] if id is not None else []
     lines.append(f"event: {event}")
     # A newline inside data would end the field; the spec's answer is one data line per line.
-    lines += [f"data: {line}" for line in data.splitlines() or [""]]
+    # Only CR, LF and CRLF end an SSE line: str.splitlines would also cut at U+2028 and friends,
+    # which JSON leaves as they are and the client would read back as "\n".
+    lines += [f"data: {line}" for line in _LINE_BREAK.split(data)]
     return ("\n".join(lines) + "\n\n").encode()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from jobstream import sse
@@ -23,6 +24,13 @@ def test_a_frame_round_trips() -> None:
 
 def test_multi_line_data_is_one_data_field_per_line() -> None:
     assert parse(sse.frame("x", "a\nb").decode()) == [sse.Message("x", "a\nb", None)]
+
+
+def test_unicode_line_separators_in_a_token_survive_the_frame() -> None:
+    # str.splitlines also splits on U+2028, U+2029 and NEL, which JSON leaves unescaped and SSE
+    # does not treat as line ends: the frame cut the token there, and the client read a newline.
+    data = orjson.dumps({"text": "a\u2028b\u2029c\x85d"}).decode()
+    assert parse(sse.frame("token", data, id="1").decode()) == [sse.Message("token", data, "1")]
 
 
 @pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
