@@ -20,7 +20,7 @@ run: $(STAMP)
 ## Debian's Chromium for the browser tests (tests/e2e); Playwright drives it, nothing downloaded.
 CHROMIUM := /usr/bin/chromium
 browser:
-	@test -x $(CHROMIUM) || (apt-get update && apt-get install -y --no-install-recommends chromium)
+	@test -x $(CHROMIUM) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium)
 
 ## Lint, type-check, then the whole suite.
 test: $(STAMP) browser lint typecheck
