@@ -75,6 +75,31 @@ async def claim(
     """
     limits = {name: n for name, n in (limits or {}).items() if name in providers}
     unlimited = [name for name in providers if name not in limits]
+    full_tenants: list[str] = []
+    while True:
+        try:
+            return await _claim_once(
+                pool, unlimited, limits, full_tenants, worker_id, lease_s, clock
+            )
+        except _TenantFull as full:
+            # Another worker filled this tenant's slots first: look at the other tenants.
+            full_tenants.append(full.tenant_id)
+
+
+class _TenantFull(Exception):
+    def __init__(self, tenant_id: str) -> None:
+        self.tenant_id = tenant_id
+
+
+async def _claim_once(
+    pool: asyncpg.Pool,
+    unlimited: list[str],
+    limits: Mapping[str, int],
+    full_tenants: list[str],
+    worker_id: str,
+    lease_s: float,
+    clock: Clock,
+) -> Claimed | None:
     token = uuid.uuid4()
     async with pool.acquire() as conn, conn.transaction():
         locked: list[str] = []
@@ -90,9 +115,13 @@ async def claim(
             clock.now(),
             locked,
             [limits[name] for name in locked],
+            full_tenants,
         )
         if job is None:
             return None
+        await conn.execute(queries.LOCK_TENANT, job["tenant_id"])
+        if not await conn.fetchval(queries.TENANT_RUNNING, job["tenant_id"]):
+            raise _TenantFull(job["tenant_id"])  # rolls the claim back
         attempt = job["attempts"]
         await events.append(
             conn,

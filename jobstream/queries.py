@@ -214,6 +214,7 @@ WITH busy AS (
        AND j.provider IN (SELECT provider FROM with_room)
        AND (p.paused_until IS NULL OR p.paused_until <= {now})
        AND coalesce(r.n, 0) < t.max_running
+       AND j.tenant_id <> ALL($8::text[])
      ORDER BY coalesce(r.n, 0), j.priority DESC, j.run_after, j.created_at
      LIMIT 1
        FOR UPDATE OF j SKIP LOCKED
@@ -233,6 +234,18 @@ WITH busy AS (
 )
 SELECT * FROM claimed
 """.format(now=NOW.format("$5"))
+
+# The tenant's running limit, exactly: CLAIM_JOB's count comes from its snapshot, so two workers
+# claiming for one tenant at once can both see room. After the claim, lock the tenant's row (the
+# claims of that tenant queue here), then count in a new statement, whose snapshot follows the
+# lock and so sees every claim committed before it. Over the limit: the claim is rolled back.
+LOCK_TENANT = "SELECT id FROM tenants WHERE id = $1 FOR UPDATE"
+
+TENANT_RUNNING = """
+SELECT count(*) <= (SELECT max_running FROM tenants WHERE id = $1) AS within_limit
+  FROM jobs
+ WHERE tenant_id = $1 AND status IN ('running', 'cancelling')
+"""
 
 # Renew the lease; also how the attempt learns of a cancel request when a NOTIFY was missed.
 RENEW_LEASE = """

@@ -1,0 +1,65 @@
+"""A tenant's running limit (tenants.max_running) holds exactly under racing claims, and a full
+tenant does not hold back the others (DESIGN.md §7, fair across tenants)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from jobstream import attempts, db, jobs
+from jobstream.attempts import Claimed
+from jobstream.clock import DatabaseClock
+from jobstream.jobspec import JobSpec
+
+CLOCK = DatabaseClock()
+CLAIMERS = 12
+
+
+@pytest.fixture
+async def wide_pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    """Enough connections for every claimer to hold its own transaction at once."""
+    pool = await db.create_pool(database_url, min_size=CLAIMERS, max_size=CLAIMERS)
+    yield pool
+    await pool.close()
+
+
+async def race(pool: asyncpg.Pool) -> list[Claimed]:
+    results = await asyncio.gather(
+        *(
+            attempts.claim(
+                pool, providers=["simulated"], worker_id=f"w{i}", lease_s=30, clock=CLOCK
+            )
+            for i in range(CLAIMERS)
+        )
+    )
+    return [held for held in results if held is not None]
+
+
+async def add_jobs(pool: asyncpg.Pool, tenant: str, count: int) -> None:
+    for i in range(count):
+        spec = JobSpec(prompt=f"{tenant} {i}", provider="simulated")
+        await jobs.create(pool, tenant, spec, str(uuid.uuid4()))
+
+
+async def test_racing_claims_never_run_more_than_the_tenants_limit(
+    wide_pool: asyncpg.Pool,
+) -> None:
+    await wide_pool.execute("UPDATE tenants SET max_running = 3 WHERE id = 'default'")
+    await wide_pool.execute(
+        "INSERT INTO tenants (id, name, max_running) VALUES ('other', 'Other', 100)"
+    )
+    await add_jobs(wide_pool, "default", 20)
+    await add_jobs(wide_pool, "other", 5)
+    won = await race(wide_pool)
+    by_tenant = {t: sum(1 for h in won if h.tenant_id == t) for t in ("default", "other")}
+    # However the twelve claims interleave: three for the full tenant, all five of the other.
+    assert by_tenant == {"default": 3, "other": 5}
+    running = await wide_pool.fetchval(
+        "SELECT count(*) FROM jobs WHERE tenant_id = 'default' AND status = 'running'"
+    )
+    assert running == 3
+    assert await race(wide_pool) == []  # nothing more until a slot frees
