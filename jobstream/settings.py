@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -245,6 +246,24 @@ class Settings:
     def provider_limits(self) -> dict[str, int]:
         """`provider_concurrency` parsed: the limit of each named provider."""
         return parse_provider_limits(self.provider_concurrency)
+
+    @classmethod
+    def for_process(cls, program: str) -> Settings | None:
+        """Settings for `python -m server` / `python -m worker`: None (after one clear line on
+        stderr) when they are invalid or name no database, so the caller exits with 2."""
+        try:
+            settings = cls.from_env()
+        except SettingsError as exc:
+            print(f"jobstream {program}: {exc}", file=sys.stderr)
+            return None
+        if settings.database_url is None:
+            print(
+                f"jobstream {program}: DATABASE_URL is not set "
+                "(`make run` starts a local database and sets it)",
+                file=sys.stderr,
+            )
+            return None
+        return settings
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)

@@ -7,19 +7,14 @@ import sys
 import uvicorn
 
 from jobstream import logs
-from jobstream.settings import Settings, SettingsError
+from jobstream.settings import Settings
 from server.app import create_app
 from server.shutdown import DrainingServer
 
 
 def main() -> int:
-    try:
-        settings = Settings.from_env()
-    except SettingsError as exc:
-        print(f"jobstream server: {exc}", file=sys.stderr)
-        return 2
-    if settings.database_url is None:
-        print("jobstream server: DATABASE_URL is not set (make run sets it)", file=sys.stderr)
+    settings = Settings.for_process("server")
+    if settings is None:
         return 2
     logs.configure(settings.log_level, json=settings.log_json)
     config = uvicorn.Config(

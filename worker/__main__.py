@@ -9,21 +9,13 @@ import structlog
 
 from jobstream import logs
 from jobstream.errors import DatabaseUnavailable
-from jobstream.settings import Settings, SettingsError
+from jobstream.settings import Settings
 from worker.app import serve
 
 
 def main() -> int:
-    try:
-        settings = Settings.from_env()
-    except SettingsError as exc:
-        print(f"jobstream worker: {exc}", file=sys.stderr)
-        return 2
-    if settings.database_url is None:
-        print(
-            "jobstream worker: DATABASE_URL is not set (use `make run` for a local database)",
-            file=sys.stderr,
-        )
+    settings = Settings.for_process("worker")
+    if settings is None:
         return 2
     logs.configure(settings.log_level, json=settings.log_json)
     try:

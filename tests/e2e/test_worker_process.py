@@ -6,6 +6,7 @@ import uuid
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from tests.support.polling import eventually
 from tests.support.processes import processes
@@ -90,12 +91,23 @@ async def test_after_kill_9_the_lease_expires_and_another_worker_finishes_the_jo
     assert reassemble(log) == job["result"]["text"] == counted_text(80)
 
 
-def test_bad_configuration_exits_2_with_one_clear_line(tmp_path: Path) -> None:
-    with processes(tmp_path) as group:
-        worker = group.spawn(
-            "worker",
+@pytest.mark.parametrize("module", ["worker", "server"])
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        (
             {"DATABASE_URL": "postgresql://nobody@127.0.0.1:1/x", "JOBSTREAM_LEASE_S": "soon"},
-        )
-        assert worker.wait(15) == 2
-    (line,) = worker.output().splitlines()
-    assert "JOBSTREAM_LEASE_S='soon'" in line and "Traceback" not in line
+            "JOBSTREAM_LEASE_S='soon'",
+        ),
+        ({}, "DATABASE_URL is not set"),
+    ],
+)
+def test_bad_configuration_exits_2_with_one_clear_line(
+    tmp_path: Path, module: str, env: dict[str, str], expected: str
+) -> None:
+    with processes(tmp_path) as group:
+        process = group.spawn(module, env)
+        assert process.wait(15) == 2
+    (line,) = process.output().splitlines()
+    assert expected in line and line.startswith(f"jobstream {module}: ")
+    assert "Traceback" not in line
