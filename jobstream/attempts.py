@@ -15,7 +15,7 @@ from typing import Any, Literal
 import asyncpg
 import structlog
 
-from jobstream import events, ledger, queries
+from jobstream import events, ledger, outbox, queries
 from jobstream.clock import Clock
 from jobstream.db import Conn
 from jobstream.errors import Fenced
@@ -209,6 +209,7 @@ async def succeed(pool: asyncpg.Pool, held: Claimed, text: str, usage: Usage, cl
         if row is None:
             raise Fenced(f"job {held.job_id}: not running under this attempt")
         await _finish_attempt(conn, held, "succeeded", clock, usage=usage)
+        await outbox.record_end(conn, held.job_id)
         # The tenant pays the accepted attempt's price, once; failed attempts are our cost.
         await ledger.charge(conn, held.job_id, usage.cost_usd)
         await events.append(
@@ -272,6 +273,8 @@ async def fail(
             )
             new_events.append(NewEvent("done", {"status": status, "error": error}))
             await ledger.release(conn, held.job_id)
+            if row is not None:
+                await outbox.record_end(conn, held.job_id)
         if row is None:
             raise Fenced(f"job {held.job_id}: not running under this attempt")
         # The fenced UPDATE above proved we held the job and keeps its row locked; the job no
@@ -304,6 +307,7 @@ async def confirm_cancel(
         await _finish_attempt(
             conn, held, "cancelled", clock, usage=usage, cancel_confirmed=provider_confirmed
         )
+        await outbox.record_end(conn, held.job_id)
         await events.append(
             conn,
             held.job_id,
@@ -378,6 +382,7 @@ async def reap_expired(pool: asyncpg.Pool, clock: Clock, batch: int = 50) -> int
                 ]
             if new[-1].type == "done":
                 await ledger.release(conn, job_id)
+                await outbox.record_end(conn, job_id)
             await events.append(conn, job_id, attempt, new, run_token=None)
             status = new[-1].data["status"]
             log.info(

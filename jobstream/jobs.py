@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from jobstream import events, ledger, queries
+from jobstream import events, ledger, outbox, queries
 from jobstream.clock import Clock
 from jobstream.db import Queryable
 from jobstream.errors import IdempotencyConflict, JobNotFound
@@ -115,6 +115,7 @@ async def cancel(
             row = await conn.fetchrow(queries.CANCEL_QUEUED, job_id, now)
             assert row is not None  # the row is locked and queued
             await ledger.release(conn, job_id)
+            await outbox.record_end(conn, job_id)
             done = {"status": "cancelled", "error": row["error"]}
             last_seq = await events.append(
                 conn, job_id, row["attempts"], [NewEvent("done", done)], run_token=None

@@ -459,3 +459,69 @@ WITH job AS (
 UPDATE tenants t SET reserved_usd = t.reserved_usd + job.estimate_usd FROM job
  WHERE t.id = job.tenant_id
 """
+
+# --- webhooks (DESIGN.md §7) ---
+
+# The outbox write, run in the transaction that ends the job, after the UPDATE that ended it (so
+# it reads the final row). A job without a webhook_url, or not in a terminal state, inserts
+# nothing. The payload is built here from the committed row, and its timestamp is the job's end,
+# so a retried delivery sends the same bytes.
+INSERT_WEBHOOK_DELIVERY = """
+INSERT INTO webhook_deliveries (job_id, event, url, payload, next_attempt_at)
+SELECT id, 'job.' || status, webhook_url,
+       jsonb_build_object(
+           'type', 'job.' || status,
+           'timestamp', to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+           'data', jsonb_build_object('id', id, 'status', status, 'attempts', attempts)
+                   || CASE WHEN status = 'succeeded' THEN jsonb_build_object('result', result)
+                           ELSE jsonb_build_object('error', error) END),
+       finished_at
+  FROM jobs
+ WHERE id = $1
+   AND webhook_url IS NOT NULL
+   AND status IN ('succeeded', 'failed', 'cancelled', 'dead')
+"""
+
+# Claim due deliveries. The claim commits before any request is sent, so no transaction stays
+# open across the network: it counts the attempt and pushes next_attempt_at past the request's
+# timeout ($3 s), which keeps other workers off the row while it is in flight and retries it if
+# this worker dies mid-request (at-least-once delivery).
+CLAIM_WEBHOOK_DELIVERIES = """
+WITH due AS (
+    SELECT id
+      FROM webhook_deliveries
+     -- The partial index webhook_deliveries_due_idx serves exactly this predicate and order.
+     WHERE status = 'pending' AND next_attempt_at <= {now}
+     ORDER BY next_attempt_at
+     LIMIT $2
+     -- Workers claiming at once take different rows instead of queueing behind each other.
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE webhook_deliveries d
+   SET attempts = d.attempts + 1, next_attempt_at = {now} + make_interval(secs => $3)
+  FROM due, jobs j, tenants t
+ WHERE d.id = due.id AND j.id = d.job_id AND t.id = j.tenant_id
+RETURNING d.id, d.url, d.payload, d.attempts, j.tenant_id, t.webhook_secret
+""".format(now=NOW.format("$1"))
+
+# A tenant with no secret and no JOBSTREAM_WEBHOOK_SECRET gets one, once: coalesce keeps the
+# first writer's value when two workers race, and both sign with what RETURNING gives.
+ENSURE_WEBHOOK_SECRET = """
+UPDATE tenants SET webhook_secret = coalesce(webhook_secret, $2) WHERE id = $1
+RETURNING webhook_secret
+"""
+
+MARK_WEBHOOK_DELIVERED = """
+UPDATE webhook_deliveries
+   SET status = 'delivered', last_status_code = $2, last_error = NULL
+ WHERE id = $1
+"""
+
+# A failed try: retry at $5 s from now, or give up ($4) as `failed`.
+MARK_WEBHOOK_FAILED_TRY = """
+UPDATE webhook_deliveries
+   SET status = CASE WHEN $4 THEN 'failed' ELSE 'pending' END,
+       next_attempt_at = {now} + make_interval(secs => $5),
+       last_status_code = $2, last_error = $3
+ WHERE id = $1
+""".format(now=NOW.format("$6"))

@@ -193,6 +193,45 @@ class Settings:
         "Price of one million output (completion) tokens, USD.",
         minimum=0,
     )
+    webhook_secret: str = _setting(
+        "JOBSTREAM_WEBHOOK_SECRET",
+        "",
+        "Signs webhooks of tenants that have no webhook_secret of their own (`whsec_<base64>` or "
+        "plain text). Empty: such a tenant is given a random secret, stored in tenants.",
+        secret=True,
+    )
+    webhook_allow_private: bool = _setting(
+        "JOBSTREAM_WEBHOOK_ALLOW_PRIVATE",
+        False,
+        "Deliver webhooks to private, loopback and link-local addresses (off: refused, SSRF).",
+    )
+    webhook_timeout_s: float = _setting(
+        "JOBSTREAM_WEBHOOK_TIMEOUT_S", 10.0, "Seconds one webhook request may take.", minimum=0.1
+    )
+    webhook_max_attempts: int = _setting(
+        "JOBSTREAM_WEBHOOK_MAX_ATTEMPTS",
+        8,
+        "Tries per webhook delivery before it is marked failed.",
+        minimum=1,
+    )
+    webhook_backoff_base_s: float = _setting(
+        "JOBSTREAM_WEBHOOK_BACKOFF_BASE_S",
+        5.0,
+        "First webhook retry delay, seconds (doubles per try, full jitter).",
+        minimum=0,
+    )
+    webhook_backoff_max_s: float = _setting(
+        "JOBSTREAM_WEBHOOK_BACKOFF_MAX_S",
+        3600.0,
+        "Longest webhook retry delay, seconds.",
+        minimum=0,
+    )
+    webhook_poll_interval_s: float = _setting(
+        "JOBSTREAM_WEBHOOK_POLL_INTERVAL_S",
+        1.0,
+        "Seconds between looks for due webhook deliveries.",
+        minimum=0.01,
+    )
     log_level: str = _setting("JOBSTREAM_LOG_LEVEL", "info", "debug, info, warning or error.")
     log_json: bool = _setting(
         "JOBSTREAM_LOG_JSON", True, "JSON log lines (true) or a console renderer (false)."
@@ -204,6 +243,10 @@ class Settings:
             problems.append("JOBSTREAM_DB_POOL_MIN must not exceed JOBSTREAM_DB_POOL_MAX")
         if self.backoff_base_s > self.backoff_max_s:
             problems.append("JOBSTREAM_BACKOFF_BASE_S must not exceed JOBSTREAM_BACKOFF_MAX_S")
+        if self.webhook_backoff_base_s > self.webhook_backoff_max_s:
+            problems.append(
+                "JOBSTREAM_WEBHOOK_BACKOFF_BASE_S must not exceed JOBSTREAM_WEBHOOK_BACKOFF_MAX_S"
+            )
         if self.log_level not in {"debug", "info", "warning", "error"}:
             problems.append(f"JOBSTREAM_LOG_LEVEL: unknown level {self.log_level!r}")
         try:

@@ -28,6 +28,7 @@ from jobstream.settings import Settings
 from worker.attempt import AttemptResult, AttemptRunner
 from worker.providers.base import Provider
 from worker.providers.registry import build_providers, close_providers
+from worker.webhooks import WebhookSender
 
 log = structlog.get_logger(__name__)
 
@@ -114,6 +115,9 @@ class Worker:
                 )
             listener = asyncio.create_task(self._listener.run(), name=f"listener:{self.worker_id}")
             listener.add_done_callback(self._on_listener_done)
+            sender = WebhookSender(self._pool, self._settings, clock=self._clock, rng=self._rng)
+            webhooks = asyncio.create_task(sender.run(), name=f"webhooks:{self.worker_id}")
+            webhooks.add_done_callback(self._on_webhooks_done)
             log.info(
                 "worker_started",
                 providers=sorted(self._providers),
@@ -129,7 +133,9 @@ class Worker:
             finally:
                 await self._drain(grace)
                 listener.cancel()
-                await asyncio.gather(listener, return_exceptions=True)
+                # An interrupted delivery stays claimed until its hold runs out, then is retried.
+                webhooks.cancel()
+                await asyncio.gather(listener, webhooks, return_exceptions=True)
                 if self._owns_pool:
                     await self._pool.close()
                 if self._owns_providers:
@@ -247,6 +253,13 @@ class Worker:
         self._wake.set()
         for running in self._running.values():
             running.runner.check_job()
+
+    def _on_webhooks_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        # The sender survives every failed round; ending on its own is a bug. Jobs still run
+        # and their outbox rows wait for the next worker, so log it rather than stop.
+        log.error("webhook_sender_died", exc_info=task.exception())
 
     def _on_listener_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():

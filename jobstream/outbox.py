@@ -1,0 +1,20 @@
+"""The webhook outbox: a job's end and its delivery row commit together (DESIGN.md §7).
+
+Writing the row in the transaction that ends the job means a crash can lose neither: a job that
+ended has its delivery row, and a rolled-back end has none. worker/webhooks.py sends them.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from jobstream import queries
+from jobstream.db import Conn
+
+
+async def record_end(conn: Conn, job_id: uuid.UUID) -> None:
+    """Queue the job's `job.<status>` webhook, if it has a webhook_url.
+
+    Call inside the ending transaction, after the UPDATE that made the job terminal.
+    """
+    await conn.execute(queries.INSERT_WEBHOOK_DELIVERY, job_id)
