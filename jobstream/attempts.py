@@ -272,8 +272,8 @@ async def fail(
                 queries.FAIL_JOB, held.job_id, held.run_token, status, error, clock.now()
             )
             new_events.append(NewEvent("done", {"status": status, "error": error}))
-            await ledger.release(conn, held.job_id)
             if row is not None:
+                await ledger.release(conn, held.job_id)
                 await outbox.record_end(conn, held.job_id)
         if row is None:
             raise Fenced(f"job {held.job_id}: not running under this attempt")
