@@ -133,7 +133,9 @@ export class JobView {
   attemptError(evt) {
     this.failureNoted.add(evt.attempt);
     const message = evt.message ? ` (${evt.message})` : "";
-    const li = this.note(`Attempt ${evt.attempt} failed: ${evt.class}${message}.`, "retry");
+    // A graceful hand-back is no failure: the worker stopped and the job went back to the queue.
+    const what = evt.class === "interrupted" ? "was interrupted" : `failed: ${evt.class}`;
+    const li = this.note(`Attempt ${evt.attempt} ${what}${message}.`, "retry");
     li.dataset.attempt = String(evt.attempt);
   }
 
