@@ -20,6 +20,7 @@ import structlog
 
 from jobstream import db, events, queries
 from jobstream.listener import Listener
+from server.lag import LagHistogram
 from server.subscription import CloseReason, Subscription
 
 log = structlog.get_logger(__name__)
@@ -76,6 +77,7 @@ class Hub:
         # Counters for /metrics and the tests: how much the fan-out saves, who was cut off.
         self.reads = 0
         self.cut_off = 0
+        self.lag = LagHistogram()
 
     # --- life cycle ---
 
@@ -230,6 +232,8 @@ class Hub:
             if not page:
                 return
             feed.position = page[-1].seq
+            # The newest event of the read: how long after its commit this replica had it.
+            self.lag.observe_since(page[-1].at)
             for sub in list(feed.subscribers):
                 if not sub.offer(page):
                     self.cut_off += 1

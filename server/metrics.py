@@ -24,6 +24,7 @@ from starlette.responses import Response
 
 from jobstream import queries
 from jobstream.types import JOB_STATUSES
+from server.hub import Hub
 from server.state import state
 
 # Seconds; LLM calls are long, so the buckets reach ten minutes.
@@ -46,6 +47,27 @@ def _histogram(name: str, doc: str, row: asyncpg.Record) -> HistogramMetricFamil
     return HistogramMetricFamily(
         name, doc, buckets=list(zip(bounds, counts, strict=True)), sum_value=float(row["total"])
     )
+
+
+def _hub_metrics(hub: Hub) -> list[Metric]:
+    """This process's hub: what no table knows."""
+    lag = hub.lag
+    bounds = [str(b) for b in lag.bounds] + ["+Inf"]
+    histogram = HistogramMetricFamily(
+        "jobstream_notification_lag_seconds",
+        "From an event's commit to this server's hub reading it (per process).",
+        buckets=list(zip(bounds, [*lag.counts, lag.total], strict=True)),
+        sum_value=lag.sum_s,
+    )
+    reads = CounterMetricFamily(
+        "jobstream_hub_reads", "Event reads by this process's hub (one serves every reader)."
+    )
+    reads.add_metric([], hub.reads)
+    cut_off = CounterMetricFamily(
+        "jobstream_hub_readers_cut_off", "Readers cut off for falling behind (they resume)."
+    )
+    cut_off.add_metric([], hub.cut_off)
+    return [histogram, reads, cut_off]
 
 
 async def collect(pool: asyncpg.Pool, open_streams: int) -> list[Metric]:
@@ -145,5 +167,6 @@ async def collect(pool: asyncpg.Pool, open_streams: int) -> list[Metric]:
 async def metrics(request: Request) -> Response:
     app = state(request)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(await collect(app.pool, app.open_streams)))
+    families = await collect(app.pool, app.open_streams) + _hub_metrics(app.hub)
+    registry.register(_Snapshot(families))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

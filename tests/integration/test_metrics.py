@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import asyncpg
@@ -11,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from jobstream import pauses
 from jobstream.clock import DatabaseClock
 from jobstream.settings import Settings
+from tests.support.sse_client import read_stream
 from tests.support.workers import running_worker, wait_for_job
 
 
@@ -70,3 +72,21 @@ async def test_a_paused_provider_shows_the_seconds_its_pause_has_left(
     await pauses.pause(pool, "openai", 60, DatabaseClock())
     values = samples((await client.get("/metrics")).text)
     assert 58 < values[("jobstream_provider_pause_seconds", (("provider", "openai"),))] <= 60
+
+
+async def test_notification_lag_is_measured_for_events_read_live(
+    client: httpx.AsyncClient, pool: asyncpg.Pool, settings: Settings
+) -> None:
+    simulate = {"tokens_per_second": 200, "first_token_delay_s": 0, "tokens": 20}
+    job = (await client.post("/api/jobs", json={"prompt": "lag", "simulate": simulate})).json()
+    reading = asyncio.create_task(read_stream(client, job["events_url"]))
+    async with running_worker(settings, pool=pool):
+        received = await asyncio.wait_for(reading, 20)
+    assert received.events[-1]["type"] == "done"
+    values = samples((await client.get("/metrics")).text)
+    count = values[("jobstream_notification_lag_seconds_count", ())]
+    assert count >= 1
+    assert values[("jobstream_notification_lag_seconds_bucket", (("le", "+Inf"),))] == count
+    assert values[("jobstream_hub_reads_total", ())] >= count
+    # Loopback, one machine: live reads land well within a second of their commit.
+    assert values[("jobstream_notification_lag_seconds_bucket", (("le", "1"),))] >= 1
