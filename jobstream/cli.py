@@ -35,6 +35,11 @@ def parser() -> argparse.ArgumentParser:
         default=os.environ.get("JOBSTREAM_URL", DEFAULT_URL),
         help=f"server base URL (default: $JOBSTREAM_URL or {DEFAULT_URL})",
     )
+    common.add_argument(
+        "--api-key",
+        default=os.environ.get("JOBSTREAM_API_KEY"),
+        help="sent as `Authorization: Bearer <key>` (default: $JOBSTREAM_API_KEY)",
+    )
     common.add_argument("--json", action="store_true", help="machine output: JSON lines")
     top = argparse.ArgumentParser(prog="jobstream", description=__doc__.split("\n")[0])
     commands = top.add_subparsers(dest="command", required=True)
@@ -91,7 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _run(args: argparse.Namespace) -> int:
     # No read timeout: a stream may be quiet for as long as the model thinks (heartbeats aside).
     timeout = httpx.Timeout(10.0, read=None)
-    async with httpx.AsyncClient(base_url=args.url, timeout=timeout) as client:
+    async with httpx.AsyncClient(
+        base_url=args.url, timeout=timeout, headers=auth_headers(args.api_key)
+    ) as client:
         if args.command == "submit":
             return await _submit(client, args)
         if args.command == "follow":
@@ -106,6 +113,11 @@ async def _run(args: argparse.Namespace) -> int:
         else:
             print(f"job {job['id']}: {job['status']}")
         return EXIT_OK
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """On the client, so every request sends the key: the stream and its reconnects too."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 async def _submit(client: httpx.AsyncClient, args: argparse.Namespace) -> int:

@@ -56,6 +56,10 @@ SELECT seq, type, attempt, data, created_at
 # What a stream needs to know before it starts: does the job exist, and is it finished?
 JOB_PROGRESS = "SELECT status, last_seq FROM jobs WHERE id = $1 AND tenant_id = $2"
 
+# The same for a reader holding only the job's signed events token (a browser's EventSource,
+# which cannot send a key): the token names the job, so no tenant is known or needed.
+JOB_PROGRESS_BY_TOKEN = "SELECT status, last_seq FROM jobs WHERE id = $1"
+
 # Where the hub starts reading a job it begins to follow.
 JOB_LAST_SEQ = "SELECT last_seq FROM jobs WHERE id = $1"
 
@@ -525,3 +529,16 @@ UPDATE webhook_deliveries
        last_status_code = $2, last_error = $3
  WHERE id = $1
 """.format(now=NOW.format("$6"))
+
+# --- tenants and their API keys (jobstream/tenants.py) ---
+
+# The key's sha256 hex only: a database dump never yields a usable key. A NULL max_running
+# takes schema.sql's default.
+INSERT_TENANT = """
+INSERT INTO tenants (id, name, api_key_hash, budget_usd, max_running)
+VALUES ($1, $2, $3, $4, coalesce($5::integer, 16))
+ON CONFLICT (id) DO NOTHING
+RETURNING id
+"""
+
+TENANT_BY_KEY_HASH = "SELECT id FROM tenants WHERE api_key_hash = $1"

@@ -66,6 +66,12 @@ class Settings:
     require_idempotency_key: bool = _setting(
         "JOBSTREAM_REQUIRE_IDEMPOTENCY_KEY", False, "Reject job creation without Idempotency-Key."
     )
+    require_api_key: bool = _setting(
+        "JOBSTREAM_REQUIRE_API_KEY",
+        False,
+        "Refuse /api/jobs requests without `Authorization: Bearer <key>` (401). Off: those are "
+        "the `default` tenant's; a key that is sent is always checked.",
+    )
     default_provider: str = _setting(
         "JOBSTREAM_DEFAULT_PROVIDER", "simulated", "Provider used when a job names none."
     )

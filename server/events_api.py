@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
+import asyncpg
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,11 +17,12 @@ from starlette.types import Receive, Scope, Send
 from jobstream import queries, sse
 from jobstream.events import Event
 from jobstream.types import TERMINAL_STATUSES
+from server.auth import tenant_id
 from server.event_stream import EventStream
 from server.jobs_api import job_id_param
 from server.problems import Problem, not_found
 from server.responses import json_response
-from server.state import AppState, state, tenant_id
+from server.state import AppState, state
 from server.subscription import Subscription, SubscriptionClosed
 from server.tail import Tail
 
@@ -31,10 +33,7 @@ MAX_SEQ = 2**63 - 1  # bigint
 async def follow_events(request: Request) -> Response:
     app = state(request)
     job_id = job_id_param(request)
-    token = request.query_params.get("token")
-    if token is not None and not app.tokens.valid(str(job_id), token):
-        # Not 401/403: an invalid token must not reveal whether the job exists.
-        raise not_found(f"No job {job_id}.")
+    tenant = await _reader(request, app, job_id)
     wants_sse = "text/event-stream" in request.headers.get("accept", "")
     if wants_sse:
         header = request.headers.get("last-event-id", "").strip()
@@ -43,9 +42,7 @@ async def follow_events(request: Request) -> Response:
     else:
         cursor = _query_cursor(request)
         wait_s = _wait(request)
-    progress = await app.pool.fetchrow(queries.JOB_PROGRESS, job_id, tenant_id(request))
-    if progress is None:
-        raise not_found(f"No job {job_id}.")
+    progress = await _progress(app, job_id, tenant)
     # A finished job's log is complete: replay it, no need to follow.
     live = progress["status"] not in TERMINAL_STATUSES
     if wants_sse:
@@ -54,7 +51,34 @@ async def follow_events(request: Request) -> Response:
             # EventSource stop reconnecting (a page that did not close() it after `done`, say).
             return Response(status_code=204)
         return _Stream(app, job_id, cursor, progress["last_seq"], live)
-    return await _poll(request, app, job_id, cursor, progress["last_seq"], live, wait_s)
+    return await _poll(app, job_id, tenant, cursor, progress["last_seq"], live, wait_s)
+
+
+async def _reader(request: Request, app: AppState, job_id: uuid.UUID) -> str | None:
+    """Whose view of the job this request reads: a tenant's, or None for the holder of the
+    job's signed token, who may read this one job and nothing else.
+
+    EventSource cannot send headers, so a browser's only credential is the token in events_url;
+    a request with a key is its tenant's, and a token it also carries must be valid too.
+    """
+    token = request.query_params.get("token")
+    if token is not None and not app.tokens.valid(str(job_id), token):
+        # Not 401/403: an invalid token must not reveal whether the job exists.
+        raise not_found(f"No job {job_id}.")
+    if token is not None and "authorization" not in request.headers:
+        return None
+    # A key's tenant; with neither key nor token, `default`, or 401 when keys are required.
+    return await tenant_id(request)
+
+
+async def _progress(app: AppState, job_id: uuid.UUID, tenant: str | None) -> asyncpg.Record:
+    if tenant is None:
+        progress = await app.pool.fetchrow(queries.JOB_PROGRESS_BY_TOKEN, job_id)
+    else:
+        progress = await app.pool.fetchrow(queries.JOB_PROGRESS, job_id, tenant)
+    if progress is None:
+        raise not_found(f"No job {job_id}.")
+    return progress
 
 
 def _query_cursor(request: Request) -> int:
@@ -136,9 +160,9 @@ def _frame(event: Event) -> bytes:
 
 
 async def _poll(
-    request: Request,
     app: AppState,
     job_id: uuid.UUID,
+    tenant: str | None,
     cursor: int,
     last_seq: int,
     live: bool,
@@ -158,9 +182,7 @@ async def _poll(
     finally:
         if sub is not None:
             sub.close()
-    progress = await app.pool.fetchrow(queries.JOB_PROGRESS, job_id, tenant_id(request))
-    if progress is None:
-        raise not_found(f"No job {job_id}.")
+    progress = await _progress(app, job_id, tenant)
     status = progress["status"]
     body: dict[str, Any] = {
         "events": [event.to_json() for event in batch],

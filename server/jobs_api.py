@@ -16,9 +16,10 @@ from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound
 from jobstream.jobspec import JobSpec
 from jobstream.types import JOB_STATUSES
 from server import representation, validation
+from server.auth import tenant_id
 from server.problems import Problem, not_found
 from server.responses import json_response
-from server.state import state, tenant_id
+from server.state import state
 from worker.providers.base import ProviderRequest
 
 log = structlog.get_logger(__name__)
@@ -53,6 +54,7 @@ def job_id_param(request: Request) -> uuid.UUID:
 
 async def create_job(request: Request) -> Response:
     app = state(request)
+    tenant = await tenant_id(request)  # first: an unauthenticated caller learns nothing more
     content_type = request.headers.get("content-type", "")
     if content_type and not content_type.split(";")[0].strip().endswith(("/json", "+json")):
         raise Problem(
@@ -66,7 +68,7 @@ async def create_job(request: Request) -> Response:
     spec = validation.job_spec(body, default_provider=app.settings.default_provider)
     try:
         outcome = await jobs.create(
-            app.pool, tenant_id(request), spec, key, reserved_usd=_reservation(request, spec)
+            app.pool, tenant, spec, key, reserved_usd=_reservation(request, spec)
         )
     except IdempotencyConflict as exc:
         raise Problem(409, "idempotency-conflict", "Idempotency-Key reused", str(exc)) from exc
@@ -101,9 +103,10 @@ def _reservation(request: Request, spec: JobSpec) -> Decimal:
 
 async def get_job(request: Request) -> Response:
     app = state(request)
+    tenant = await tenant_id(request)
     job_id = job_id_param(request)
     try:
-        snap = await jobs.snapshot(app.pool, tenant_id(request), job_id)
+        snap = await jobs.snapshot(app.pool, tenant, job_id)
     except JobNotFound:
         raise not_found(f"No job {job_id}.") from None
     return json_response(representation.detail(snap, app.tokens))
@@ -125,6 +128,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
 
 async def list_jobs(request: Request) -> Response:
     app = state(request)
+    tenant = await tenant_id(request)
     status = request.query_params.get("status")
     if status is not None and status not in JOB_STATUSES:
         raise Problem(
@@ -137,9 +141,7 @@ async def list_jobs(request: Request) -> Response:
     limit = int(raw_limit)
     cursor = request.query_params.get("cursor")
     before = _decode_cursor(cursor) if cursor else None
-    rows = await jobs.list_jobs(
-        app.pool, tenant_id(request), status=status, before=before, limit=limit + 1
-    )
+    rows = await jobs.list_jobs(app.pool, tenant, status=status, before=before, limit=limit + 1)
     page = rows[:limit]
     return json_response(
         {
@@ -151,8 +153,8 @@ async def list_jobs(request: Request) -> Response:
 
 async def cancel_job(request: Request) -> Response:
     app = state(request)
+    tenant = await tenant_id(request)
     job_id = job_id_param(request)
-    tenant = tenant_id(request)
     try:
         job, changed = await jobs.cancel(app.pool, tenant, job_id, app.clock)
         snap = await jobs.snapshot(app.pool, tenant, job_id)
@@ -167,8 +169,8 @@ async def cancel_job(request: Request) -> Response:
 async def retry_job(request: Request) -> Response:
     """An operator re-queues a `dead` job; any other status is a 409."""
     app = state(request)
+    tenant = await tenant_id(request)
     job_id = job_id_param(request)
-    tenant = tenant_id(request)
     try:
         retried = await jobs.retry_dead(app.pool, tenant, job_id, app.clock)
         snap = await jobs.snapshot(app.pool, tenant, job_id)

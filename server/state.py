@@ -29,8 +29,3 @@ class AppState:
 def state(request: Request) -> AppState:
     app_state: AppState = request.app.state.js
     return app_state
-
-
-def tenant_id(request: Request) -> str:
-    """Every job belongs to a tenant; until API keys arrive, all requests are the default one."""
-    return "default"
