@@ -243,7 +243,10 @@ SELECT * FROM claimed
 # claiming for one tenant at once can both see room. After the claim, lock the tenant's row (the
 # claims of that tenant queue here), then count in a new statement, whose snapshot follows the
 # lock and so sees every claim committed before it. Over the limit: the claim is rolled back.
-LOCK_TENANT = "SELECT id FROM tenants WHERE id = $1 FOR UPDATE"
+# FOR NO KEY UPDATE, never FOR UPDATE, on tenants: inserting a job takes FOR KEY SHARE on its
+# tenant (the foreign key), which FOR UPDATE conflicts with; two creates (or a create and a claim)
+# would each hold one and wait for the other. NO KEY UPDATE still serialises the lockers.
+LOCK_TENANT = "SELECT id FROM tenants WHERE id = $1 FOR NO KEY UPDATE"
 
 TENANT_RUNNING = """
 SELECT count(*) <= (SELECT max_running FROM tenants WHERE id = $1) AS within_limit
@@ -410,6 +413,22 @@ METRICS_RUN_DURATION = _HISTOGRAM.format(
     seconds="SELECT extract(epoch FROM finished_at - started_at)::float8 AS s"
     " FROM job_attempts WHERE finished_at IS NOT NULL"
 )
+
+# --- the tenant's create rate ---
+
+# Locks the tenant's row (NO KEY UPDATE: see LOCK_TENANT) so that concurrent creates of one
+# tenant count each other; then the window is counted in a fresh statement.
+LOCK_TENANT_RATE = "SELECT create_rate_per_min FROM tenants WHERE id = $1 FOR NO KEY UPDATE"
+
+# Jobs created in the last minute (this transaction's own insert included), and when the oldest
+# of them leaves the window: what Retry-After tells the client.
+TENANT_RECENT_CREATES = """
+SELECT count(*) AS recent,
+       coalesce(extract(epoch FROM min(created_at) + interval '1 minute' - clock_timestamp()), 0)
+         AS frees_in_s
+  FROM jobs
+ WHERE tenant_id = $1 AND created_at > clock_timestamp() - interval '1 minute'
+"""
 
 # --- money: reserve at create, charge once on success, release on any other end ---
 

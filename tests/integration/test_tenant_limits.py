@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from decimal import Decimal
 
 import asyncpg
 import pytest
@@ -63,3 +64,27 @@ async def test_racing_claims_never_run_more_than_the_tenants_limit(
     )
     assert running == 3
     assert await race(wide_pool) == []  # nothing more until a slot frees
+
+
+async def test_claims_and_creates_of_one_tenant_never_deadlock(wide_pool: asyncpg.Pool) -> None:
+    # Regression: the claim locked the tenant FOR UPDATE, which conflicts with the FOR KEY SHARE
+    # that inserting a job takes on its tenant; a create then waiting to reserve its budget and a
+    # claim waiting on that create's insert deadlocked.
+    await wide_pool.execute("UPDATE tenants SET max_running = 1000 WHERE id = 'default'")
+    await add_jobs(wide_pool, "default", 6)
+    for _ in range(3):
+        creates = [
+            jobs.create(
+                wide_pool, "default", JobSpec(prompt="more", provider="simulated"),
+                str(uuid.uuid4()), reserved_usd=Decimal("0.001"),
+            )
+            for _ in range(CLAIMERS // 2)
+        ]  # fmt: skip
+        claims = [
+            attempts.claim(
+                wide_pool, providers=["simulated"], worker_id=f"w{i}", lease_s=30, clock=CLOCK
+            )
+            for i in range(CLAIMERS // 2)
+        ]
+        results = await asyncio.gather(*creates, *claims, return_exceptions=True)
+        assert not [r for r in results if isinstance(r, BaseException)]
