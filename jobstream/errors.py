@@ -21,6 +21,14 @@ class IdempotencyConflict(JobstreamError):
     """The Idempotency-Key was used before with a different request body."""
 
 
+class RateLimited(JobstreamError):
+    """The tenant created more jobs in the last minute than its create rate allows."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class BudgetExceeded(JobstreamError):
     """The tenant's budget cannot cover the job's reservation."""
 

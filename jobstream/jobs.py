@@ -12,8 +12,8 @@ import asyncpg
 
 from jobstream import events, ledger, outbox, queries
 from jobstream.clock import Clock
-from jobstream.db import Queryable
-from jobstream.errors import IdempotencyConflict, JobNotFound
+from jobstream.db import Conn, Queryable
+from jobstream.errors import IdempotencyConflict, JobNotFound, RateLimited
 from jobstream.events import NewEvent
 from jobstream.jobspec import JobSpec
 
@@ -60,6 +60,7 @@ async def create(
                     f"Idempotency-Key {idempotency_key!r} was used with a different request body"
                 )
             return Created(dict(existing), created=False)
+        await _check_create_rate(conn, tenant_id)  # RateLimited rolls back
         if reserved_usd > 0:
             await ledger.reserve(conn, tenant_id, reserved_usd)  # BudgetExceeded rolls back
         last_seq = await events.append(
@@ -67,6 +68,19 @@ async def create(
         )
         await conn.execute(queries.NOTIFY_RUNNABLE, spec.provider)
     return Created(_with_seq(row, last_seq), created=True)
+
+
+async def _check_create_rate(conn: Conn, tenant_id: str) -> None:
+    per_min = await conn.fetchval(queries.LOCK_TENANT_RATE, tenant_id)
+    if per_min is None:
+        return
+    window = await conn.fetchrow(queries.TENANT_RECENT_CREATES, tenant_id)
+    assert window is not None
+    if window["recent"] > per_min:
+        raise RateLimited(
+            f"at most {per_min} jobs a minute may be created",
+            retry_after_s=max(1.0, float(window["frees_in_s"])),
+        )
 
 
 def _with_seq(row: asyncpg.Record, last_seq: int) -> Job:

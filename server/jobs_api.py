@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import math
 import uuid
 from datetime import datetime
 from decimal import Decimal
@@ -12,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from jobstream import jobs
-from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound
+from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound, RateLimited
 from jobstream.jobspec import JobSpec
 from jobstream.types import JOB_STATUSES
 from server import representation, validation
@@ -74,6 +75,11 @@ async def create_job(request: Request) -> Response:
         raise Problem(409, "idempotency-conflict", "Idempotency-Key reused", str(exc)) from exc
     except BudgetExceeded as exc:
         raise Problem(402, "budget-exhausted", "Budget exhausted", str(exc)) from exc
+    except RateLimited as exc:
+        raise Problem(
+            429, "rate-limited", "Too many jobs created", str(exc),
+            headers={"Retry-After": str(math.ceil(exc.retry_after_s))},
+        ) from exc  # fmt: skip
     payload = representation.created(outcome.job, app.tokens)
     location = {"Location": payload["poll_url"]}
     if outcome.created:

@@ -300,3 +300,26 @@ async def test_create_beyond_the_budget_is_402_and_makes_nothing(
     assert await job_count(pool) == 1
     reserved = await pool.fetchval("SELECT reserved_usd FROM tenants WHERE id = 'default'")
     assert str(reserved) == "0.00020000"
+
+
+async def test_creates_beyond_the_tenants_rate_are_429_with_retry_after(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    await pool.execute("UPDATE tenants SET create_rate_per_min = 3 WHERE id = 'default'")
+    responses = await asyncio.gather(
+        *(client.post("/api/jobs", json=body(prompt=f"p{i}")) for i in range(6))
+    )
+    assert sorted(r.status_code for r in responses) == [202] * 3 + [429] * 3
+    refused = next(r for r in responses if r.status_code == 429)
+    assert refused.headers["content-type"] == PROBLEM
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert await job_count(pool) == 3
+    # A replay of a job already made is no new create: the limit does not refuse it.
+    made = next(r for r in responses if r.status_code == 202).json()
+    headers = {"Idempotency-Key": "replayed"}
+    await pool.execute("UPDATE tenants SET create_rate_per_min = NULL WHERE id = 'default'")
+    first = await client.post("/api/jobs", json=body(prompt="kept"), headers=headers)
+    await pool.execute("UPDATE tenants SET create_rate_per_min = 1 WHERE id = 'default'")
+    again = await client.post("/api/jobs", json=body(prompt="kept"), headers=headers)
+    assert (first.status_code, again.status_code) == (202, 200)
+    assert made["id"] != first.json()["id"]
