@@ -43,10 +43,8 @@ async def server() -> AsyncIterator[FakeOpenAI]:
 
 @pytest.fixture
 async def fake(server: FakeOpenAI) -> AsyncIterator[FakeOpenAI]:
-    server.reset()
-    yield server
-    # Every test leaves the server idle: no request of ours may outlive its test.
-    await server.wait_until(lambda s: s.in_flight == 0)
+    async with server.one_test() as fresh:
+        yield fresh
 
 
 @pytest.fixture

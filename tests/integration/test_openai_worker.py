@@ -47,9 +47,8 @@ async def server() -> AsyncIterator[FakeOpenAI]:
 
 @pytest.fixture
 async def fake(server: FakeOpenAI) -> AsyncIterator[FakeOpenAI]:
-    server.reset()
-    yield server
-    await server.wait_until(lambda s: s.in_flight == 0)
+    async with server.one_test() as fresh:
+        yield fresh
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import re
 import signal
@@ -42,7 +43,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Literal, get_args
@@ -671,6 +672,14 @@ class FakeOpenAI:
         return await eventually(
             probe, predicate, what="the fake OpenAI reaches the condition", timeout_s=within_s
         )
+
+    @contextlib.asynccontextmanager
+    async def one_test(self) -> AsyncIterator[FakeOpenAI]:
+        """A server shared by a module, fresh for each test: counters and scripts reset, and the
+        test must leave it idle (no request of ours may outlive its test)."""
+        self.reset()
+        yield self
+        await self.wait_until(lambda s: s.in_flight == 0)
 
     def start(self, timeout: float = 10.0) -> None:
         self._thread.start()
