@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import httpx
 
-from jobstream import db, jobs, logs
+from jobstream import db, jobs, logs, migrations
 from jobstream.embedded_pg import EmbeddedPostgres
 from jobstream.follower import Follower
 from jobstream.jobspec import JobSpec
@@ -221,7 +221,7 @@ async def _database(admin_url: str) -> AsyncIterator[str]:
     url = urlunsplit(urlsplit(admin_url)._replace(path="/" + name))
     conn = await db.connect(url)
     try:
-        await db.apply_schema(conn)
+        await migrations.apply_schema(conn)
         # The default tenant may run 16 jobs at once: the figures are about streams, not that.
         await conn.execute("UPDATE tenants SET max_running = 10000")
     finally:

@@ -51,13 +51,6 @@ class LeaseState:
     cancel_requested_at: datetime | None
 
 
-def _reset_reason(job: asyncpg.Record) -> str:
-    if job["attempts"] == 1:
-        return "first attempt"
-    previous = job["previous_error"] or {}
-    return f"retry after {previous.get('class', 'an interrupted attempt')}"
-
-
 async def claim(
     pool: asyncpg.Pool,
     *,
@@ -67,28 +60,61 @@ async def claim(
     clock: Clock,
     limits: Mapping[str, int] | None = None,
 ) -> Claimed | None:
-    """Claim the next runnable job of `providers`, or None.
+    """Claim the next runnable job of `providers`, or None (claim_batch of one)."""
+    held = await claim_batch(
+        pool,
+        providers=providers,
+        worker_id=worker_id,
+        lease_s=lease_s,
+        clock=clock,
+        limits=limits,
+        max_jobs=1,
+    )
+    return held[0] if held else None
 
+
+async def claim_batch(
+    pool: asyncpg.Pool,
+    *,
+    providers: Sequence[str],
+    worker_id: str,
+    lease_s: float,
+    clock: Clock,
+    max_jobs: int,
+    limits: Mapping[str, int] | None = None,
+) -> list[Claimed]:
+    """Claim up to `max_jobs` runnable jobs of `providers` in one transaction.
+
+    Tenants share the batch in turns, so a batch may hold fewer jobs than asked while more are
+    runnable: claim again while slots are free and the last batch was not empty.
     `limits` caps the attempts running at once, across every worker, for the providers it names
     (the others have none): the claim locks those providers' rows first, then counts (see
-    queries.LOCK_PROVIDERS and CLAIM_JOB).
+    queries.LOCK_PROVIDERS and CLAIM_JOBS).
     """
     limits = {name: n for name, n in (limits or {}).items() if name in providers}
     unlimited = [name for name in providers if name not in limits]
     full_tenants: list[str] = []
+    lost_races = 0
     while True:
         try:
             return await _claim_once(
-                pool, unlimited, limits, full_tenants, worker_id, lease_s, clock
+                pool, unlimited, limits, full_tenants, worker_id, lease_s, clock, max_jobs
             )
-        except _TenantFull as full:
-            # Another worker filled this tenant's slots first: look at the other tenants.
-            full_tenants.append(full.tenant_id)
+        except _TenantsFull as full:
+            # Other workers' claims for these tenants committed first. The next try counts them
+            # (a new snapshot); after a few, leave the contested tenants to the next round.
+            lost_races += 1
+            if lost_races >= CLAIM_TRIES_PER_TENANT:
+                full_tenants.extend(full.tenant_ids)
 
 
-class _TenantFull(Exception):
-    def __init__(self, tenant_id: str) -> None:
-        self.tenant_id = tenant_id
+# Tries of a claim that lost a race for a tenant's last slots before it skips that tenant.
+CLAIM_TRIES_PER_TENANT = 3
+
+
+class _TenantsFull(Exception):
+    def __init__(self, tenant_ids: list[str]) -> None:
+        self.tenant_ids = tenant_ids
 
 
 async def _claim_once(
@@ -99,50 +125,45 @@ async def _claim_once(
     worker_id: str,
     lease_s: float,
     clock: Clock,
-) -> Claimed | None:
-    token = uuid.uuid4()
+    max_jobs: int,
+) -> list[Claimed]:
+    now = clock.now()
     async with pool.acquire() as conn, conn.transaction():
         locked: list[str] = []
         if limits:
-            rows = await conn.fetch(queries.LOCK_PROVIDERS, sorted(limits), clock.now())
+            rows = await conn.fetch(queries.LOCK_PROVIDERS, sorted(limits), now)
             locked = [row["provider"] for row in rows]
-        job = await conn.fetchrow(
-            queries.CLAIM_JOB,
+        jobs = await conn.fetch(
+            queries.CLAIM_JOBS,
             unlimited,
-            token,
             worker_id,
             lease_s,
-            clock.now(),
+            now,
             locked,
             [limits[name] for name in locked],
             full_tenants,
+            max_jobs,
         )
-        if job is None:
-            return None
-        await conn.execute(queries.LOCK_TENANT, job["tenant_id"])
-        if not await conn.fetchval(queries.TENANT_RUNNING, job["tenant_id"]):
-            raise _TenantFull(job["tenant_id"])  # rolls the claim back
-        attempt = job["attempts"]
-        await events.append(
-            conn,
-            job["id"],
-            attempt,
-            [
-                NewEvent("reset", {"attempt": attempt, "reason": _reset_reason(job)}),
-                NewEvent("status", {"status": "running"}),
-            ],
-            run_token=token,
+        if not jobs:
+            return []
+        tenants = sorted({job["tenant_id"] for job in jobs})
+        await conn.execute(queries.LOCK_CLAIMED_TENANTS, tenants, now)
+        over = [row["id"] for row in await conn.fetch(queries.TENANTS_OVER_LIMIT, tenants)]
+        if over:
+            raise _TenantsFull(over)  # rolls the whole claim back
+    return [
+        Claimed(
+            job_id=job["id"],
+            tenant_id=job["tenant_id"],
+            attempt=job["attempts"],
+            run_token=job["run_token"],
+            provider=job["provider"],
+            spec=AttemptSpec.from_payload(job["payload"]),
+            max_attempts=job["max_attempts"],
+            counted_attempts=job["attempts"] - job["uncounted_attempts"],
         )
-    return Claimed(
-        job_id=job["id"],
-        tenant_id=job["tenant_id"],
-        attempt=attempt,
-        run_token=token,
-        provider=job["provider"],
-        spec=AttemptSpec.from_payload(job["payload"]),
-        max_attempts=job["max_attempts"],
-        counted_attempts=attempt - job["uncounted_attempts"],
-    )
+        for job in jobs
+    ]
 
 
 async def renew(pool: asyncpg.Pool, held: Claimed, lease_s: float, clock: Clock) -> LeaseState:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -12,7 +11,6 @@ import orjson
 import structlog
 from asyncpg.pool import PoolConnectionProxy
 
-from jobstream import queries
 from jobstream.errors import DatabaseUnavailable
 
 log = structlog.get_logger(__name__)
@@ -21,10 +19,6 @@ log = structlog.get_logger(__name__)
 Conn = asyncpg.Connection | PoolConnectionProxy
 # Anything that can run a single statement (a pool borrows a connection for it).
 Queryable = Conn | asyncpg.Pool
-
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schema.sql"
-# Serialises schema application when several processes start at once.
-SCHEMA_LOCK_ID = 0x6A6F6273  # "jobs"
 
 # Connection errors worth retrying at start-up: the server is starting, restarting or away.
 RETRYABLE = (
@@ -100,26 +94,3 @@ async def create_pool(url: str, *, min_size: int, max_size: int) -> asyncpg.Pool
     )
     assert pool is not None
     return pool
-
-
-def schema_version(sql: str) -> int:
-    for line in sql.splitlines():
-        if line.startswith("-- schema-version:"):
-            return int(line.split(":", 1)[1])
-    raise ValueError("schema.sql has no '-- schema-version:' line")
-
-
-def load_schema(path: Path = SCHEMA_PATH) -> str:
-    return path.read_text()
-
-
-async def apply_schema(conn: Conn, sql: str | None = None) -> int:
-    """Apply schema.sql idempotently; returns the version now recorded."""
-    if sql is None:
-        sql = load_schema()  # a few KB read once at start-up
-    version = schema_version(sql)
-    async with conn.transaction():
-        await conn.execute(queries.LOCK_SCHEMA, SCHEMA_LOCK_ID)
-        await conn.execute(sql)
-    log.info("schema_applied", version=version)
-    return version

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -13,7 +14,13 @@ import asyncpg
 from jobstream import events, ledger, outbox, queries
 from jobstream.clock import Clock
 from jobstream.db import Conn, Queryable
-from jobstream.errors import IdempotencyConflict, JobNotFound, RateLimited
+from jobstream.errors import (
+    BudgetExceeded,
+    IdempotencyConflict,
+    JobNotFound,
+    JobstreamError,
+    RateLimited,
+)
 from jobstream.events import NewEvent
 from jobstream.jobspec import JobSpec
 
@@ -27,6 +34,20 @@ class Created:
     created: bool  # False: an earlier request with the same key and body made it
 
 
+@dataclass(frozen=True)
+class NewJob:
+    """One job to create: what it asks for, its idempotency key, and what to reserve for it."""
+
+    spec: JobSpec
+    idempotency_key: str | None = None
+    reserved_usd: Decimal = Decimal(0)
+
+
+# Why an item of a create was refused. Returned, not raised, by create_many: in a batch, a
+# refused item refuses that item alone.
+Refusal = IdempotencyConflict | BudgetExceeded | RateLimited
+
+
 async def create(
     pool: asyncpg.Pool,
     tenant_id: str,
@@ -34,53 +55,168 @@ async def create(
     idempotency_key: str | None,
     *,
     reserved_usd: Decimal = Decimal(0),
+    clock: Clock | None = None,
 ) -> Created:
-    request_hash = spec.request_hash()
-    job_id = uuid.uuid4()
-    async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(
-            queries.INSERT_JOB,
-            job_id,
-            tenant_id,
-            idempotency_key,
-            request_hash,
-            spec.provider,
-            spec.priority,
-            spec.payload(),
-            spec.metadata,
-            spec.max_attempts,
-            spec.webhook_url,
-            reserved_usd,
-        )
-        if row is None:
-            existing = await conn.fetchrow(queries.SELECT_JOB_BY_KEY, tenant_id, idempotency_key)
-            assert existing is not None  # the conflicting row has committed: ON CONFLICT waited
-            if existing["request_hash"] != request_hash:
-                raise IdempotencyConflict(
-                    f"Idempotency-Key {idempotency_key!r} was used with a different request body"
-                )
-            return Created(dict(existing), created=False)
-        await _check_create_rate(conn, tenant_id)  # RateLimited rolls back
-        if reserved_usd > 0:
-            await ledger.reserve(conn, tenant_id, reserved_usd)  # BudgetExceeded rolls back
-        last_seq = await events.append(
-            conn, job_id, 0, [NewEvent("status", {"status": "queued"})], run_token=None
-        )
-        await conn.execute(queries.NOTIFY_RUNNABLE, spec.provider)
-    return Created(_with_seq(row, last_seq), created=True)
+    """Create one job, or return the job its idempotency key already made; raises a Refusal."""
+    [outcome] = await create_many(
+        pool, tenant_id, [NewJob(spec, idempotency_key, reserved_usd)], clock=clock
+    )
+    if isinstance(outcome, Created):
+        return outcome
+    raise outcome
 
 
-async def _check_create_rate(conn: Conn, tenant_id: str) -> None:
-    per_min = await conn.fetchval(queries.LOCK_TENANT_RATE, tenant_id)
-    if per_min is None:
-        return
-    window = await conn.fetchrow(queries.TENANT_RECENT_CREATES, tenant_id)
-    assert window is not None
-    if window["recent"] > per_min:
-        raise RateLimited(
-            f"at most {per_min} jobs a minute may be created",
-            retry_after_s=max(1.0, float(window["frees_in_s"])),
+async def create_many(
+    pool: asyncpg.Pool,
+    tenant_id: str,
+    items: Sequence[NewJob],
+    *,
+    clock: Clock | None = None,
+) -> list[Created | Refusal]:
+    """Create jobs in one statement (INSERT_JOBS); the answers come in the order of `items`.
+
+    A tenant without a budget or a create rate takes no lock: the creates of one tenant run side
+    by side. A tenant with either has its row locked while its checks count, item by item.
+    """
+    now = clock.now() if clock is not None else None
+    ids = [uuid.uuid4() for _ in items]
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(queries.INSERT_JOBS, *_columns(ids, tenant_id, items), now, True)
+        if not rows:
+            raise JobstreamError(f"tenant {tenant_id!r} does not exist")
+        if rows[0]["go"]:
+            inserted = {r["id"]: r for r in rows if r["id"] is not None}
+            refused: dict[int, Refusal] = {}
+        else:
+            async with conn.transaction():
+                inserted, refused = await _create_checked(conn, tenant_id, ids, items, now)
+        taken = [
+            item.idempotency_key
+            for i, item in enumerate(items)
+            if ids[i] not in inserted and i not in refused
+        ]
+        # A fresh statement: its snapshot sees the rows that made the keys taken.
+        existing = (
+            {r["idempotency_key"]: r for r in await conn.fetch(
+                queries.SELECT_JOBS_BY_KEYS, tenant_id, taken)}
+            if taken else {}
+        )  # fmt: skip
+    return [
+        _outcome(item, ids[i], inserted, refused.get(i), existing) for i, item in enumerate(items)
+    ]
+
+
+def _columns(ids: Sequence[uuid.UUID], tenant_id: str, items: Sequence[NewJob]) -> list[Any]:
+    """INSERT_JOBS' parameters $1 to $13, one array element per item."""
+    specs = [item.spec for item in items]
+    return [
+        list(ids),
+        tenant_id,
+        [item.idempotency_key for item in items],
+        [spec.request_hash() for spec in specs],
+        [spec.provider for spec in specs],
+        [spec.priority for spec in specs],
+        [spec.payload() for spec in specs],
+        [spec.metadata for spec in specs],
+        [spec.max_attempts for spec in specs],
+        [spec.webhook_url for spec in specs],
+        [item.reserved_usd for item in items],
+        [spec.run_at for spec in specs],
+        [spec.delay_s for spec in specs],
+    ]
+
+
+async def _create_checked(
+    conn: Conn,
+    tenant_id: str,
+    ids: list[uuid.UUID],
+    items: Sequence[NewJob],
+    now: datetime | None,
+) -> tuple[dict[uuid.UUID, asyncpg.Record], dict[int, Refusal]]:
+    """The locked path: the tenant's budget and create rate, checked item by item in order."""
+    tenant = await conn.fetchrow(queries.TENANT_FOR_CREATE, tenant_id)
+    assert tenant is not None  # INSERT_JOBS found it
+    keys = [item.idempotency_key for item in items if item.idempotency_key is not None]
+    # Replays cost nothing and count for nothing: the rows behind them exist already.
+    seen = {
+        r["idempotency_key"]
+        for r in (await conn.fetch(queries.SELECT_JOBS_BY_KEYS, tenant_id, keys) if keys else [])
+    }
+    rate_room: int | None = None
+    frees_in_s = 0.0
+    if tenant["create_rate_per_min"] is not None:
+        window = await conn.fetchrow(queries.TENANT_RECENT_CREATES, tenant_id, now)
+        assert window is not None
+        rate_room = tenant["create_rate_per_min"] - window["recent"]
+        frees_in_s = max(1.0, window["frees_in_s"])
+    budget_left: Decimal | None = await conn.fetchval(queries.TENANT_BUDGET_LEFT, tenant_id)
+    refused: dict[int, Refusal] = {}
+    admitted: list[int] = []
+    keys_admitted: set[str] = set()
+    for i, item in enumerate(items):
+        key = item.idempotency_key
+        if key is not None and (key in seen or key in keys_admitted):
+            admitted.append(i)  # a replay, or a duplicate within this batch: no new row
+            continue
+        if rate_room is not None and rate_room <= 0:
+            per_min = tenant["create_rate_per_min"]
+            refused[i] = RateLimited(
+                f"at most {per_min} jobs a minute may be created", retry_after_s=frees_in_s
+            )
+            continue
+        if budget_left is not None and item.reserved_usd > budget_left:
+            left = max(budget_left, Decimal(0))
+            refused[i] = BudgetExceeded(
+                f"the job may cost up to ${item.reserved_usd:.6f}; ${left:.6f} of budget is left"
+            )
+            continue
+        admitted.append(i)
+        if key is not None:
+            keys_admitted.add(key)
+        if rate_room is not None:
+            rate_room -= 1
+        if budget_left is not None:
+            budget_left -= item.reserved_usd
+    if not admitted:
+        return {}, refused
+    chosen = [items[i] for i in admitted]
+    chosen_ids = [ids[i] for i in admitted]
+    rows = await conn.fetch(
+        queries.INSERT_JOBS, *_columns(chosen_ids, tenant_id, chosen), now, False
+    )
+    return {r["id"]: r for r in rows if r["id"] is not None}, refused
+
+
+def _outcome(
+    item: NewJob,
+    job_id: uuid.UUID,
+    inserted: dict[uuid.UUID, asyncpg.Record],
+    refusal: Refusal | None,
+    existing: dict[str, asyncpg.Record],
+) -> Created | Refusal:
+    if refusal is not None:
+        return refusal
+    row = inserted.get(job_id)
+    if row is not None:
+        return Created(_job(row), created=True)
+    key = item.idempotency_key
+    found = existing.get(key) if key is not None else None
+    if found is None:
+        # Only a key can make an insert do nothing, and the row behind a key is never deleted
+        # while it could be asked for again.
+        raise JobstreamError(f"job for Idempotency-Key {key!r} vanished")
+    if found["request_hash"] != item.spec.request_hash():
+        return IdempotencyConflict(
+            f"Idempotency-Key {key!r} was used with a different request body"
         )
+    return Created(dict(found), created=False)
+
+
+def _job(row: asyncpg.Record) -> Job:
+    # INSERT_JOBS returns its own columns (`go`, `notified`) beside the job's.
+    job = dict(row)
+    del job["go"], job["notified"]
+    return job
 
 
 def _with_seq(row: asyncpg.Record, last_seq: int) -> Job:

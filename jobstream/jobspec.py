@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -22,6 +23,9 @@ class JobSpec:
     webhook_url: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     simulate: dict[str, Any] = field(default_factory=dict)
+    # Not before this time, or this many seconds after the create (at most one of the two).
+    run_at: datetime | None = None
+    delay_s: float | None = None
 
     def payload(self) -> dict[str, Any]:
         """What the worker needs to run an attempt (stored as jobs.payload)."""

@@ -1,8 +1,11 @@
 """Every SQL statement jobstream runs, one named constant each.
 
 Values are always bound parameters. `$now` parameters are `timestamptz` that may be NULL: NULL
-means the database clock (`clock_timestamp()`), which production uses so that no two hosts'
-clocks disagree about a lease; tests pass an injected time instead (jobstream/clock.py).
+means the database clock, which production uses so that no two hosts' clocks disagree about a
+lease; tests pass an injected time instead (jobstream/clock.py). The database clock is
+`statement_timestamp()`, which is stable within a statement: `run_after <= now` can then bound
+an index scan. `clock_timestamp()` is volatile, which made every such test a filter applied to
+every queued row.
 """
 
 from __future__ import annotations
@@ -13,15 +16,24 @@ CHANNEL_EVENTS = "jobstream_events"  # payload "job_id:last_seq"
 CHANNEL_JOBS = "jobstream_jobs"  # payload "provider": a job became runnable
 CHANNEL_CANCEL = "jobstream_cancel"  # payload "job_id": a running job was asked to stop
 
-NOW = "coalesce({}::timestamptz, clock_timestamp())"
+NOW = "coalesce({}::timestamptz, statement_timestamp())"
 
 # --- connections ---
 
 # A liveness probe: readiness, and the LISTEN connection's check that it is still alive.
 PING = "SELECT 1"
 
-# db.apply_schema holds it for its transaction: one process at a time creates or alters tables.
+# migrations.apply_schema holds it for its transaction: one process at a time changes tables.
 LOCK_SCHEMA = "SELECT pg_advisory_xact_lock($1)"
+
+# Has jobstream touched this database? to_regclass neither locks nor fails on a missing table.
+HAS_SCHEMA = "SELECT to_regclass('schema_version') IS NOT NULL"
+
+SCHEMA_VERSION = "SELECT max(version) FROM schema_version"
+
+RECORD_SCHEMA_VERSION = """
+INSERT INTO schema_version (version) VALUES ($1) ON CONFLICT (version) DO NOTHING
+"""
 
 # --- events ---
 
@@ -84,17 +96,95 @@ SELECT coalesce(string_agg(data->>'text', '' ORDER BY seq), '')
 
 # --- jobs, as the API sees them ---
 
-# ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit, so twenty
-# simultaneous duplicates make one row; the losers then read it with SELECT_JOB_BY_KEY.
-INSERT_JOB = """
-INSERT INTO jobs (id, tenant_id, idempotency_key, request_hash, provider, priority, payload,
-                  metadata, max_attempts, webhook_url, estimate_usd, reserved_usd)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
-ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-RETURNING *
+# Create jobs, one or a batch, in one statement: the rows, their `queued` events, their
+# reservations on the tenant's ledger and one NOTIFY per provider. Arrays $1, $3..$13 hold one
+# element per job, in request order. A tenant with a budget or a create rate needs its row
+# locked first (TENANT_FOR_CREATE): with $15 true the statement inserts nothing for such a
+# tenant and says so (`go` false), so that the caller takes the locked path; for every other
+# tenant, creates take no lock but the key's.
+# - ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit, so twenty
+#   simultaneous duplicates make one row; the losers are then read with SELECT_JOBS_BY_KEYS.
+#   Two items of one batch with the same key make one row too.
+# - run_after is when the job may start: `run_at`, else now plus `delay_s` (0 by default).
+INSERT_JOBS = """
+WITH tenant AS (
+    SELECT NOT $15::boolean OR (budget_usd IS NULL AND create_rate_per_min IS NULL) AS go
+      FROM tenants
+     WHERE id = $2
+), inserted AS (
+    INSERT INTO jobs (id, tenant_id, idempotency_key, request_hash, provider, priority, payload,
+                      metadata, max_attempts, webhook_url, estimate_usd, reserved_usd, run_after,
+                      last_seq, created_at, updated_at)
+    SELECT n.id, $2, n.key, n.hash, n.provider, n.priority, n.payload, n.metadata,
+           n.max_attempts, n.webhook_url, n.estimate, n.estimate,
+           coalesce(n.run_at, coalesce($14::timestamptz, statement_timestamp())
+                              + make_interval(secs => coalesce(n.delay_s, 0))),
+           1, coalesce($14::timestamptz, statement_timestamp()),
+           coalesce($14::timestamptz, statement_timestamp())
+      FROM unnest($1::uuid[], $3::text[], $4::text[], $5::text[], $6::smallint[], $7::jsonb[],
+                  $8::jsonb[], $9::int[], $10::text[], $11::numeric[], $12::timestamptz[],
+                  $13::float8[])
+             WITH ORDINALITY AS n (id, key, hash, provider, priority, payload, metadata,
+                                   max_attempts, webhook_url, estimate, run_at, delay_s, ord),
+           tenant
+     WHERE tenant.go
+     ORDER BY n.ord
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    RETURNING *
+), logged AS (
+    INSERT INTO job_events (job_id, seq, attempt, type, data)
+    SELECT id, 1, 0, 'status', '{"status": "queued"}'::jsonb FROM inserted
+), booked AS (
+    -- Sorted by shard: two batches of one tenant lock its shards in the same order.
+    INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
+    SELECT $2, get_byte(uuid_send(id), 15) % 16, sum(reserved_usd)
+      FROM inserted
+     WHERE reserved_usd > 0
+     GROUP BY 2
+     ORDER BY 2
+    ON CONFLICT (tenant_id, shard) DO UPDATE
+       SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
+), notified AS (
+    SELECT count(pg_notify('{channel}', provider)) AS n
+      FROM (SELECT DISTINCT provider FROM inserted) p
+)
+SELECT t.go, (SELECT n FROM notified) AS notified, i.*
+  FROM tenant t
+  LEFT JOIN inserted i ON true
+""".replace("{channel}", CHANNEL_JOBS)
+
+# The jobs behind idempotency keys that an insert found taken.
+SELECT_JOBS_BY_KEYS = """
+SELECT * FROM jobs WHERE tenant_id = $1 AND idempotency_key = ANY($2::text[])
 """
 
-SELECT_JOB_BY_KEY = "SELECT * FROM jobs WHERE tenant_id = $1 AND idempotency_key = $2"
+# The locked path of a create, for a tenant with a budget or a create rate: its creates queue
+# here, so that each one's budget and rate checks count every create committed before it.
+# NO KEY UPDATE: see LOCK_CLAIMED_TENANTS.
+TENANT_FOR_CREATE = """
+SELECT budget_usd, create_rate_per_min FROM tenants WHERE id = $1 FOR NO KEY UPDATE
+"""
+
+# What the tenant may still reserve: NULL for no budget.
+TENANT_BUDGET_LEFT = """
+SELECT t.budget_usd - coalesce(sum(l.reserved_usd + l.spent_usd), 0) AS left_usd
+  FROM tenants t
+  LEFT JOIN tenant_ledger l ON l.tenant_id = t.id
+ WHERE t.id = $1
+ GROUP BY t.budget_usd
+"""
+
+# Jobs created in the minute before now, and when the oldest of them leaves the window: what
+# Retry-After tells the client. A range of jobs_tenant_created_idx, as long as the rate allows.
+TENANT_RECENT_CREATES = """
+SELECT count(*) AS recent,
+       coalesce(extract(epoch FROM min(created_at) + interval '1 minute'
+                               - coalesce($2::timestamptz, statement_timestamp())), 0)::float8
+         AS frees_in_s
+  FROM jobs
+ WHERE tenant_id = $1
+   AND created_at > coalesce($2::timestamptz, statement_timestamp()) - interval '1 minute'
+"""
 
 SELECT_JOB = "SELECT * FROM jobs WHERE id = $1 AND tenant_id = $2"
 
@@ -144,23 +234,21 @@ UPDATE jobs
 RETURNING *, pg_notify('{channel}', provider)
 """.format(now=NOW.format("$2"), channel=CHANNEL_JOBS)
 
-NOTIFY_RUNNABLE = f"SELECT pg_notify('{CHANNEL_JOBS}', $1::text)"
-
 # --- the worker ---
 
 # The first statement of a claim transaction for a worker that runs providers with a concurrency
 # limit ($1, sorted): lock the provider_state row of each limited provider that has a runnable
-# job, and return the providers locked. CLAIM_JOB, the next statement, may then claim for these
+# job, and return the providers locked. CLAIM_JOBS, the next statement, may then claim for these
 # providers and for no other limited one.
 # - The row lock serialises claims per limited provider across every worker, until commit: no
 #   other claim for the provider can commit between our count of its running attempts and our
 #   own claim, so the limit holds exactly. (Each worker checks the shared count against its own
 #   setting: workers configured differently cap the provider at the largest of their limits.)
 # - A statement's snapshot is taken before it waits for a lock, so the count cannot live in this
-#   statement: it is in CLAIM_JOB, whose snapshot (READ COMMITTED) is taken after this lock was
+#   statement: it is in CLAIM_JOBS, whose snapshot (READ COMMITTED) is taken after this lock was
 #   granted and so sees every claim committed before it.
 # - Only providers with a runnable job are locked, so idle polls and claims for other providers
-#   do not queue behind each other.
+#   do not queue behind each other. The EXISTS is one probe of jobs_queued_provider_idx.
 # - An upsert, so the row exists without a set-up step; DO UPDATE (not DO NOTHING) because only
 #   it locks a row that already exists (the update leaves the row as it was). Rows are locked in
 #   name order, so two claims never wait for each other in a cycle.
@@ -169,89 +257,195 @@ INSERT INTO provider_state AS p (provider)
 SELECT l.provider
   FROM unnest($1::text[]) AS l (provider)
  WHERE EXISTS (SELECT 1 FROM jobs j
-                WHERE j.status = 'queued' AND j.provider = l.provider AND j.run_after <= {now})
+                WHERE j.status = 'queued' AND j.provider = l.provider
+                  AND j.run_after <= coalesce($2::timestamptz, statement_timestamp()))
  ORDER BY l.provider
 ON CONFLICT (provider) DO UPDATE SET paused_until = p.paused_until
 RETURNING provider
-""".format(now=NOW.format("$2"))
+"""
 
-# Claim the next runnable job, in one statement (after LOCK_PROVIDERS, in the same transaction,
-# when the worker runs a provider with a limit):
-# - only `queued` jobs whose backoff has passed (expired leases are reaped into `queued` first,
-#   by REAP_EXPIRED, so that the lost attempt is recorded and max_attempts is honoured);
-# - only providers this worker runs: those without a limit ($1), and those with one that
-#   LOCK_PROVIDERS locked ($6, limits in $7) and that run fewer attempts than their limit
-#   (`with_room`). Attempts are counted, not jobs: an attempt row is `running` from its claim
-#   until its outcome is written, which is after its HTTP request has closed;
-# - not providers paused after a 429;
-# - a tenant at its running limit is skipped, and tenants with fewer running jobs go first, so
-#   one tenant's burst cannot starve the others; within a tenant, priority then age;
-# - FOR UPDATE SKIP LOCKED lets any number of workers claim at once without blocking each other;
-# - the job gets a fresh run_token (the fence for every later write) and a lease, and the attempt
-#   row is written in the same statement.
-CLAIM_JOB = """
-WITH busy AS (
+# Claim up to $8 runnable jobs in one statement (after LOCK_PROVIDERS, in the same transaction,
+# when the worker runs a provider with a limit). Its cost does not grow with the backlog: every
+# read below is an index probe or a range of at most $8 index entries.
+# Parameters: $1 providers without a limit, $2 worker id, $3 lease seconds, $4 now (NULL: the
+# database clock), $5 limited providers LOCK_PROVIDERS locked and $6 their limits, $7 tenants to
+# skip (found full by an earlier try), $8 how many jobs at most.
+# - `queues`: the distinct (tenant, provider, priority) of queued jobs, found by skipping through
+#   jobs_runnable_idx one queue at a time (a loose index scan: one probe per queue, never a read
+#   of the jobs inside). Its cost grows with the number of queues, not of jobs.
+# - `with_room`: providers this worker runs that may start more attempts. A limited provider's
+#   running attempts are counted here, after LOCK_PROVIDERS (see there). Attempts are counted,
+#   not jobs: an attempt row is `running` from its claim until its outcome is written, which is
+#   after its HTTP request has closed.
+# - `tenant_room`: a tenant at its running limit is skipped. Its count comes from this
+#   statement's snapshot: two claims at once can both see room, so attempts.claim re-counts
+#   after locking the tenant's row (TENANTS_OVER_LIMIT) and rolls back an overrun.
+# - `open`: queues with a runnable head (`run_after <= now`: backoff and delayed jobs wait), of
+#   a provider with room that no 429 has paused. `tenant_turn` ranks a tenant's queues by
+#   priority, so that one tenant's many queues do not crowd out another's one.
+# - Tenants take turns: each tenant's best queue before anyone's second, then the tenant with
+#   fewer running jobs, then the one served longest ago (`last_claimed_at`), then the oldest.
+#   At most $8 queues take part. Each offers what the batch could hold if every other queue gave
+#   one job ($8 - queues + 1): the batch fills while rows locked and not taken stay few.
+# - `candidates`: from each chosen queue, its oldest runnable jobs, FOR UPDATE SKIP LOCKED so
+#   that any number of workers claim at once without waiting for each other.
+# - `chosen`: interleave tenants (a tenant's first job, then every tenant's second...), cap each
+#   tenant at its room and each provider at its room, and keep $8.
+# - `claimed`: a fresh run_token (the fence for every later write) and a lease for each; the
+#   attempt row, and the `reset` and `status` events that open the attempt's log, are written
+#   by the same statement, which allocates their seqs (last_seq + 2) under the row lock the
+#   UPDATE holds. One NOTIFY per job tells its followers.
+CLAIM_JOBS = """
+WITH RECURSIVE queues AS (
+    (SELECT tenant_id, provider, priority
+       FROM jobs
+      WHERE status = 'queued'
+      ORDER BY tenant_id, provider, priority
+      LIMIT 1)
+    UNION ALL
+    SELECT next.tenant_id, next.provider, next.priority
+      FROM queues q
+     CROSS JOIN LATERAL (
+           SELECT tenant_id, provider, priority
+             FROM jobs
+            WHERE status = 'queued'
+              AND (tenant_id, provider, priority) > (q.tenant_id, q.provider, q.priority)
+            ORDER BY tenant_id, provider, priority
+            LIMIT 1) next
+), busy AS (
     SELECT provider, count(*) AS n
       FROM job_attempts
-     WHERE outcome = 'running' AND provider = ANY($6::text[])
+     WHERE outcome = 'running' AND provider = ANY($5::text[])
      GROUP BY provider
 ), with_room AS (
-    SELECT unnest($1::text[]) AS provider
+    SELECT u.provider, $8::int AS room
+      FROM unnest($1::text[]) AS u (provider)
     UNION ALL
-    SELECT l.provider
-      FROM unnest($6::text[], $7::int[]) AS l (provider, max_running)
+    SELECT l.provider, l.max_running - coalesce(b.n, 0)::int
+      FROM unnest($5::text[], $6::int[]) AS l (provider, max_running)
       LEFT JOIN busy b ON b.provider = l.provider
-     WHERE coalesce(b.n, 0) < l.max_running
-), running AS (
-    SELECT tenant_id, count(*) AS n
-      FROM jobs
-     WHERE status IN ('running', 'cancelling')
-     GROUP BY tenant_id
-), candidate AS (
-    SELECT j.id, j.error AS previous_error
-      FROM jobs j
-      JOIN tenants t ON t.id = j.tenant_id
-      LEFT JOIN running r ON r.tenant_id = j.tenant_id
-      LEFT JOIN provider_state p ON p.provider = j.provider
-     WHERE j.status = 'queued'
-       AND j.run_after <= {now}
-       AND j.provider IN (SELECT provider FROM with_room)
-       AND (p.paused_until IS NULL OR p.paused_until <= {now})
-       AND coalesce(r.n, 0) < t.max_running
-       AND j.tenant_id <> ALL($8::text[])
-     ORDER BY coalesce(r.n, 0), j.priority DESC, j.run_after, j.created_at
-     LIMIT 1
-       FOR UPDATE OF j SKIP LOCKED
+), tenant_room AS (
+    SELECT t.id AS tenant_id, t.max_running - r.n AS room, r.n AS running, t.last_claimed_at
+      FROM tenants t
+     CROSS JOIN LATERAL (
+           SELECT count(*)::int AS n
+             FROM jobs
+            WHERE tenant_id = t.id AND status IN ('running', 'cancelling')) r
+     WHERE t.id IN (SELECT tenant_id FROM queues)
+       AND t.id <> ALL($7::text[])
+), open AS (
+    SELECT q.tenant_id, q.provider, q.priority, tr.room, tr.running, tr.last_claimed_at,
+           w.room AS provider_room, head.run_after AS head_after,
+           row_number() OVER (PARTITION BY q.tenant_id
+                              ORDER BY q.priority DESC, head.run_after) AS tenant_turn
+      FROM queues q
+      JOIN tenant_room tr ON tr.tenant_id = q.tenant_id
+      JOIN with_room w ON w.provider = q.provider
+      LEFT JOIN provider_state p ON p.provider = q.provider
+     CROSS JOIN LATERAL (
+           SELECT j.run_after
+             FROM jobs j
+            WHERE j.status = 'queued' AND j.tenant_id = q.tenant_id
+              AND j.provider = q.provider AND j.priority = q.priority
+              AND j.run_after <= coalesce($4::timestamptz, statement_timestamp())
+            ORDER BY j.run_after, j.created_at
+            LIMIT 1) head
+     WHERE tr.room > 0 AND w.room > 0
+       AND (p.paused_until IS NULL
+            OR p.paused_until <= coalesce($4::timestamptz, statement_timestamp()))
+), chosen_queues AS (
+    SELECT o.*, count(*) OVER () AS n_queues
+      FROM (SELECT *
+              FROM open
+             ORDER BY tenant_turn, running, last_claimed_at NULLS FIRST, head_after
+             LIMIT $8) o
+), candidates AS (
+    SELECT c.id, c.previous_error, c.run_after, q.tenant_id, q.provider, q.priority, q.room,
+           q.running, q.last_claimed_at, q.provider_room
+      FROM chosen_queues q
+     CROSS JOIN LATERAL (
+           SELECT j.id, j.error AS previous_error, j.run_after, j.created_at
+             FROM jobs j
+            WHERE j.status = 'queued' AND j.tenant_id = q.tenant_id
+              AND j.provider = q.provider AND j.priority = q.priority
+              AND j.run_after <= coalesce($4::timestamptz, statement_timestamp())
+            ORDER BY j.run_after, j.created_at
+            LIMIT least(q.room, q.provider_room, $8 - q.n_queues + 1)
+              FOR UPDATE SKIP LOCKED) c
+), ranked AS (
+    SELECT c.*, row_number() OVER (PARTITION BY c.tenant_id
+                                   ORDER BY c.priority DESC, c.run_after) AS turn
+      FROM candidates c
+), chosen AS (
+    SELECT r.id, r.previous_error
+      FROM (SELECT r.*,
+                   row_number() OVER (PARTITION BY r.provider
+                                      ORDER BY r.turn, r.running, r.last_claimed_at NULLS FIRST,
+                                               r.priority DESC, r.run_after) AS provider_turn
+              FROM ranked r
+             WHERE r.turn <= r.room) r
+     WHERE r.provider_turn <= r.provider_room
+     ORDER BY r.turn, r.running, r.last_claimed_at NULLS FIRST, r.priority DESC, r.run_after
+     LIMIT $8
 ), claimed AS (
-    UPDATE jobs
-       SET status = 'running', attempts = jobs.attempts + 1, run_token = $2, worker_id = $3,
-           lease_until = {now} + make_interval(secs => $4),
-           started_at = coalesce(started_at, {now}),
-           updated_at = {now}, error = NULL
-      FROM candidate
-     WHERE jobs.id = candidate.id
-    -- The error is cleared above; the new attempt's `reset` event still names it as the reason.
-    RETURNING jobs.*, candidate.previous_error
+    UPDATE jobs j
+       SET status = 'running', attempts = j.attempts + 1, run_token = gen_random_uuid(),
+           worker_id = $2,
+           lease_until = coalesce($4::timestamptz, statement_timestamp())
+                         + make_interval(secs => $3),
+           started_at = coalesce(j.started_at, $4::timestamptz, statement_timestamp()),
+           updated_at = coalesce($4::timestamptz, statement_timestamp()),
+           -- Cleared here; the new attempt's `reset` event still names it as the reason.
+           error = NULL,
+           last_seq = j.last_seq + 2
+      FROM chosen c
+     WHERE j.id = c.id
+    RETURNING j.id, j.tenant_id, j.attempts, j.uncounted_attempts, j.max_attempts, j.run_token,
+              j.provider, j.payload, j.last_seq, j.worker_id, c.previous_error
 ), attempt AS (
     INSERT INTO job_attempts (job_id, attempt, run_token, worker_id, started_at, provider, model)
-    SELECT id, attempts, run_token, worker_id, {now}, provider, payload->>'model' FROM claimed
+    SELECT id, attempts, run_token, worker_id, coalesce($4::timestamptz, statement_timestamp()),
+           provider, payload->>'model'
+      FROM claimed
+), opened AS (
+    INSERT INTO job_events (job_id, seq, attempt, type, data)
+    SELECT id, last_seq - 1, attempts, 'reset',
+           jsonb_build_object(
+               'attempt', attempts,
+               'reason', CASE WHEN attempts = 1 THEN 'first attempt'
+                              ELSE 'retry after ' || coalesce(previous_error->>'class',
+                                                              'an interrupted attempt')
+                         END)
+      FROM claimed
+    UNION ALL
+    SELECT id, last_seq, attempts, 'status', '{"status": "running"}'::jsonb FROM claimed
 )
-SELECT * FROM claimed
-""".format(now=NOW.format("$5"))
+SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,
+       pg_notify('{channel}', id::text || ':' || last_seq)
+  FROM claimed
+""".replace("{channel}", CHANNEL_EVENTS)
 
-# The tenant's running limit, exactly: CLAIM_JOB's count comes from its snapshot, so two workers
-# claiming for one tenant at once can both see room. After the claim, lock the tenant's row (the
-# claims of that tenant queue here), then count in a new statement, whose snapshot follows the
-# lock and so sees every claim committed before it. Over the limit: the claim is rolled back.
+# A tenant's running limit, exactly: CLAIM_JOBS counts from its snapshot, so two workers
+# claiming for one tenant at once can both see room. After the claim, lock the rows of the
+# tenants claimed for, in id order (so two claims never wait on each other in a cycle), then
+# count in a new statement, whose snapshot follows the locks and so sees every claim committed
+# before it. Over the limit: the claim is rolled back. The lock also records the turn.
 # FOR NO KEY UPDATE, never FOR UPDATE, on tenants: inserting a job takes FOR KEY SHARE on its
 # tenant (the foreign key), which FOR UPDATE conflicts with; two creates (or a create and a claim)
 # would each hold one and wait for the other. NO KEY UPDATE still serialises the lockers.
-LOCK_TENANT = "SELECT id FROM tenants WHERE id = $1 FOR NO KEY UPDATE"
+LOCK_CLAIMED_TENANTS = """
+UPDATE tenants t
+   SET last_claimed_at = coalesce($2::timestamptz, statement_timestamp())
+  FROM (SELECT id FROM tenants WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE) l
+ WHERE t.id = l.id
+"""
 
-TENANT_RUNNING = """
-SELECT count(*) <= (SELECT max_running FROM tenants WHERE id = $1) AS within_limit
-  FROM jobs
- WHERE tenant_id = $1 AND status IN ('running', 'cancelling')
+TENANTS_OVER_LIMIT = """
+SELECT t.id
+  FROM tenants t
+ WHERE t.id = ANY($1::text[])
+   AND t.max_running < (SELECT count(*) FROM jobs j
+                         WHERE j.tenant_id = t.id AND j.status IN ('running', 'cancelling'))
 """
 
 # Renew the lease; also how the attempt learns of a cancel request when a NOTIFY was missed.
@@ -339,20 +533,23 @@ UPDATE job_attempts
 
 # --- provider-wide state ---
 
-# A 429 pauses the provider for every worker (CLAIM_JOB skips paused providers). GREATEST keeps
+# A 429 pauses the provider for every worker (CLAIM_JOBS skips paused providers). GREATEST keeps
 # the longest pause when several attempts are rate-limited at once. `paused_at` is when the
 # current pause began, read after the row lock is granted (in SET, not VALUES): claims for a
 # limited provider hold that lock, so every claim either committed before `paused_at` or sees
-# the pause.
+# the pause. Hence clock_timestamp() here, the time at the SET: statement_timestamp() is when
+# this statement began, before it waited for the lock behind claims that start after it.
 PAUSE_PROVIDER = """
 INSERT INTO provider_state AS p (provider, paused_until, paused_at)
-VALUES ($1, {now} + make_interval(secs => $2), {now})
+VALUES ($1, coalesce($3::timestamptz, clock_timestamp()) + make_interval(secs => $2),
+        coalesce($3::timestamptz, clock_timestamp()))
 ON CONFLICT (provider) DO UPDATE
    SET paused_until = GREATEST(p.paused_until, EXCLUDED.paused_until),
-       paused_at = CASE WHEN p.paused_until > {now} THEN coalesce(p.paused_at, {now})
-                        ELSE {now} END
+       paused_at = CASE WHEN p.paused_until > coalesce($3::timestamptz, clock_timestamp())
+                        THEN coalesce(p.paused_at, $3::timestamptz, clock_timestamp())
+                        ELSE coalesce($3::timestamptz, clock_timestamp()) END
 RETURNING paused_until
-""".format(now=NOW.format("$3"))
+"""
 
 # --- metrics (derived from the tables, so every replica reports the same truth) ---
 
@@ -414,34 +611,11 @@ METRICS_RUN_DURATION = _HISTOGRAM.format(
     " FROM job_attempts WHERE finished_at IS NOT NULL"
 )
 
-# --- the tenant's create rate ---
+# --- money: reserve at create (INSERT_JOBS), charge once on success, release on any other end ---
 
-# Locks the tenant's row (NO KEY UPDATE: see LOCK_TENANT) so that concurrent creates of one
-# tenant count each other; then the window is counted in a fresh statement.
-LOCK_TENANT_RATE = "SELECT create_rate_per_min FROM tenants WHERE id = $1 FOR NO KEY UPDATE"
-
-# Jobs created in the last minute (this transaction's own insert included), and when the oldest
-# of them leaves the window: what Retry-After tells the client.
-TENANT_RECENT_CREATES = """
-SELECT count(*) AS recent,
-       coalesce(extract(epoch FROM min(created_at) + interval '1 minute' - clock_timestamp()), 0)
-         AS frees_in_s
-  FROM jobs
- WHERE tenant_id = $1 AND created_at > clock_timestamp() - interval '1 minute'
-"""
-
-# --- money: reserve at create, charge once on success, release on any other end ---
-
-# The budget check and the reservation are one statement on the tenant's row, so concurrent
-# creates cannot together reserve more than the budget.
-RESERVE_BUDGET = """
-UPDATE tenants
-   SET reserved_usd = reserved_usd + $2
- WHERE id = $1 AND (budget_usd IS NULL OR budget_usd - spent_usd - reserved_usd >= $2)
-RETURNING id
-"""
-
-SELECT_TENANT_BUDGET = "SELECT budget_usd, reserved_usd, spent_usd FROM tenants WHERE id = $1"
+# A job books on tenant_ledger's shard get_byte(uuid_send(id), 15) % 16 (a v4 uuid's last byte
+# is random): its reservation, charge and release meet on one row, so no shard goes negative,
+# and jobs of one tenant finishing at once mostly write different rows.
 
 # Charge the accepted attempt's price and free what the job still held. The self-join reads the
 # job's reservation as it was before this UPDATE zeroes it.
@@ -451,12 +625,13 @@ WITH job AS (
        SET charged_usd = $2, reserved_usd = 0
       FROM jobs old
      WHERE j.id = $1 AND old.id = j.id AND j.charged_usd IS NULL
-    RETURNING j.tenant_id, old.reserved_usd AS held
+    RETURNING j.tenant_id, get_byte(uuid_send(j.id), 15) % 16 AS shard, old.reserved_usd AS held
 )
-UPDATE tenants t
-   SET reserved_usd = t.reserved_usd - job.held, spent_usd = t.spent_usd + $2
-  FROM job
- WHERE t.id = job.tenant_id
+INSERT INTO tenant_ledger AS l (tenant_id, shard, spent_usd)
+SELECT tenant_id, shard, $2 FROM job
+ON CONFLICT (tenant_id, shard) DO UPDATE
+   SET reserved_usd = l.reserved_usd - (SELECT held FROM job),
+       spent_usd = l.spent_usd + EXCLUDED.spent_usd
 """
 
 RELEASE_RESERVATION = """
@@ -465,22 +640,24 @@ WITH job AS (
        SET reserved_usd = 0
       FROM jobs old
      WHERE j.id = $1 AND old.id = j.id AND j.reserved_usd > 0
-    RETURNING j.tenant_id, old.reserved_usd AS held
+    RETURNING j.tenant_id, get_byte(uuid_send(j.id), 15) % 16 AS shard, old.reserved_usd AS held
 )
-UPDATE tenants t
-   SET reserved_usd = t.reserved_usd - job.held
+UPDATE tenant_ledger l
+   SET reserved_usd = l.reserved_usd - job.held
   FROM job
- WHERE t.id = job.tenant_id
+ WHERE l.tenant_id = job.tenant_id AND l.shard = job.shard
 """
 
 # An operator's retry of a dead job holds its estimate again (no budget check: an operator acts).
 RESERVE_AGAIN = """
 WITH job AS (
     UPDATE jobs SET reserved_usd = estimate_usd WHERE id = $1 AND reserved_usd = 0
-    RETURNING tenant_id, estimate_usd
+    RETURNING tenant_id, get_byte(uuid_send(id), 15) % 16 AS shard, estimate_usd
 )
-UPDATE tenants t SET reserved_usd = t.reserved_usd + job.estimate_usd FROM job
- WHERE t.id = job.tenant_id
+INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
+SELECT tenant_id, shard, estimate_usd FROM job WHERE estimate_usd > 0
+ON CONFLICT (tenant_id, shard) DO UPDATE
+   SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
 """
 
 # --- webhooks (DESIGN.md §7) ---

@@ -63,6 +63,12 @@ class Settings:
         "Largest request body accepted, bytes (413).",
         minimum=1,
     )
+    max_batch_body_bytes: int = _setting(
+        "JOBSTREAM_MAX_BATCH_BODY_BYTES",
+        16_777_216,
+        "Largest body of POST /api/jobs/batch (up to 1,000 jobs), bytes (413).",
+        minimum=1,
+    )
     require_idempotency_key: bool = _setting(
         "JOBSTREAM_REQUIRE_IDEMPOTENCY_KEY", False, "Reject job creation without Idempotency-Key."
     )

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 
-from jobstream import db, logs, queries
+from jobstream import db, logs, migrations, queries
 from jobstream.db import Queryable
 from jobstream.errors import JobstreamError
 from jobstream.settings import Settings, SettingsError
@@ -94,7 +94,7 @@ def _positive(raw: str) -> int:
 async def _create(database_url: str, args: argparse.Namespace) -> str:
     conn = await db.connect(database_url)
     try:
-        await db.apply_schema(conn)  # a fresh database has no tenants table yet
+        await migrations.apply_schema(conn)  # a fresh database has no tenants table yet
         return await create(
             conn, args.tenant_id, name=args.name, budget_usd=args.budget_usd,
             max_running=args.max_running,

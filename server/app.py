@@ -11,10 +11,19 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from jobstream import db
+from jobstream import db, migrations
 from jobstream.clock import Clock, DatabaseClock
 from jobstream.settings import Settings
-from server import access_log, events_api, health, jobs_api, metrics, pages, problems
+from server import (
+    access_log,
+    batch_api,
+    events_api,
+    health,
+    jobs_api,
+    metrics,
+    pages,
+    problems,
+)
 from server.hub import Hub
 from server.shutdown import Shutdown
 from server.state import AppState
@@ -45,7 +54,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
             )
             cleanup.push_async_callback(pool.close)
             async with pool.acquire() as conn:
-                await db.apply_schema(conn)
+                await migrations.apply_schema(conn)
             providers = build_providers(settings)
             cleanup.push_async_callback(close_providers, providers)
             hub = Hub(
@@ -76,6 +85,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
         Route("/metrics", metrics.metrics),
         Route("/api/jobs", jobs_api.create_job, methods=["POST"]),
         Route("/api/jobs", jobs_api.list_jobs, methods=["GET"]),
+        Route("/api/jobs/batch", batch_api.create_batch, methods=["POST"]),
         Route("/api/jobs/{job_id}", jobs_api.get_job, methods=["GET"]),
         Route("/api/jobs/{job_id}/cancel", jobs_api.cancel_job, methods=["POST"]),
         Route("/api/jobs/{job_id}/events", events_api.follow_events, methods=["GET"]),

@@ -53,15 +53,33 @@ def job_id_param(request: Request) -> uuid.UUID:
         raise not_found(f"No job {raw!r}.") from None
 
 
-async def create_job(request: Request) -> Response:
-    app = state(request)
-    tenant = await tenant_id(request)  # first: an unauthenticated caller learns nothing more
+def require_json(request: Request) -> None:
     content_type = request.headers.get("content-type", "")
     if content_type and not content_type.split(";")[0].strip().endswith(("/json", "+json")):
         raise Problem(
             415, "unsupported-media-type", "Unsupported media type",
             "Send the job as application/json.",
         )  # fmt: skip
+
+
+def refusal_problem(refusal: jobs.Refusal) -> Problem:
+    """Why a create was refused, as the problem a client reads."""
+    match refusal:
+        case IdempotencyConflict():
+            return Problem(409, "idempotency-conflict", "Idempotency-Key reused", str(refusal))
+        case BudgetExceeded():
+            return Problem(402, "budget-exhausted", "Budget exhausted", str(refusal))
+        case RateLimited():
+            return Problem(
+                429, "rate-limited", "Too many jobs created", str(refusal),
+                headers={"Retry-After": str(math.ceil(refusal.retry_after_s))},
+            )  # fmt: skip
+
+
+async def create_job(request: Request) -> Response:
+    app = state(request)
+    tenant = await tenant_id(request)  # first: an unauthenticated caller learns nothing more
+    require_json(request)
     key = validation.idempotency_key(
         request.headers.get("idempotency-key"), required=app.settings.require_idempotency_key
     )
@@ -69,30 +87,26 @@ async def create_job(request: Request) -> Response:
     spec = validation.job_spec(body, default_provider=app.settings.default_provider)
     try:
         outcome = await jobs.create(
-            app.pool, tenant, spec, key, reserved_usd=_reservation(request, spec)
+            app.pool, tenant, spec, key, reserved_usd=reservation(request, spec), clock=app.clock
         )
-    except IdempotencyConflict as exc:
-        raise Problem(409, "idempotency-conflict", "Idempotency-Key reused", str(exc)) from exc
-    except BudgetExceeded as exc:
-        raise Problem(402, "budget-exhausted", "Budget exhausted", str(exc)) from exc
-    except RateLimited as exc:
-        raise Problem(
-            429, "rate-limited", "Too many jobs created", str(exc),
-            headers={"Retry-After": str(math.ceil(exc.retry_after_s))},
-        ) from exc  # fmt: skip
+    except (IdempotencyConflict, BudgetExceeded, RateLimited) as exc:
+        raise refusal_problem(exc) from exc
     payload = representation.created(outcome.job, app.tokens)
     location = {"Location": payload["poll_url"]}
     if outcome.created:
-        job = outcome.job
-        log.info(
-            "job_created", job_id=str(job["id"]), status=job["status"], provider=job["provider"],
-            tenant_id=job["tenant_id"], reserved_usd=str(job["reserved_usd"]),
-        )  # fmt: skip
+        log_created(outcome.job)
         return json_response(payload, 202, location)
     return json_response(payload, 200, {**location, "Idempotent-Replayed": "true"})
 
 
-def _reservation(request: Request, spec: JobSpec) -> Decimal:
+def log_created(job: jobs.Job) -> None:
+    log.info(
+        "job_created", job_id=str(job["id"]), status=job["status"], provider=job["provider"],
+        tenant_id=job["tenant_id"], reserved_usd=str(job["reserved_usd"]),
+    )  # fmt: skip
+
+
+def reservation(request: Request, spec: JobSpec) -> Decimal:
     """The most one attempt of this job can cost: what its budget must hold until it ends."""
     provider = state(request).providers.get(spec.provider)
     if provider is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -11,6 +12,7 @@ from server.problems import Problem
 
 PROVIDERS = ("simulated", "openai")
 METADATA_MAX_BYTES = 4096
+MAX_DELAY_S = 366 * 86_400  # a delayed job waits at most about a year
 FAULT_KINDS = ("transient", "rate_limited", "permanent", "timeout", "drop")
 
 
@@ -89,7 +91,7 @@ def job_spec(body: dict[str, Any], *, default_provider: str) -> JobSpec:
     fields = _Fields(body)
     known = {
         "prompt", "provider", "model", "max_tokens", "priority", "max_attempts",
-        "retry_unknown", "timeout_s", "webhook_url", "metadata", "simulate",
+        "retry_unknown", "timeout_s", "webhook_url", "metadata", "simulate", "run_at", "delay_s",
     }  # fmt: skip
     for name in sorted(set(body) - known):
         fields.error(name, "unknown field")
@@ -111,6 +113,12 @@ def job_spec(body: dict[str, Any], *, default_provider: str) -> JobSpec:
         fields.error("metadata", f"must be at most {METADATA_MAX_BYTES} bytes as JSON")
     simulate = fields.obj("simulate")
     _check_simulate(fields, simulate)
+    run_at = _run_at(fields)
+    delay_s = None
+    if body.get("delay_s") is not None:
+        delay_s = fields.number("delay_s", 0.0, lo=0, hi=MAX_DELAY_S)
+        if run_at is not None:
+            fields.error("delay_s", "give run_at or delay_s, not both")
     if fields.errors:
         raise Problem(
             422,
@@ -131,7 +139,31 @@ def job_spec(body: dict[str, Any], *, default_provider: str) -> JobSpec:
         webhook_url=webhook_url,
         metadata=metadata,
         simulate=simulate,
+        run_at=run_at,
+        delay_s=delay_s,
     )
+
+
+def _run_at(fields: _Fields) -> datetime | None:
+    raw = fields.body.get("run_at")
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        fields.error("run_at", "must be an RFC 3339 date-time string")
+        return None
+    try:
+        # Python 3.11 reads every RFC 3339 form, `Z` included.
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        fields.error("run_at", "must be an RFC 3339 date-time, e.g. 2026-12-01T09:30:00Z")
+        return None
+    if when.tzinfo is None:
+        fields.error("run_at", "must name its offset from UTC (e.g. Z or +01:00)")
+        return None
+    if when - datetime.now(UTC) > timedelta(seconds=MAX_DELAY_S):
+        fields.error("run_at", "must be at most a year ahead")
+        return None
+    return when
 
 
 def _check_simulate(fields: _Fields, simulate: dict[str, Any]) -> None:

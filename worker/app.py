@@ -7,7 +7,7 @@ import signal
 
 import structlog
 
-from jobstream import db
+from jobstream import db, migrations
 from jobstream.settings import Settings
 from worker.worker import Worker
 
@@ -24,7 +24,7 @@ async def prepare_database(url: str, timeout_s: float) -> None:
     await db.wait_for_database(url, timeout_s)
     conn = await db.connect(url)
     try:
-        await db.apply_schema(conn)
+        await migrations.apply_schema(conn)
     finally:
         await conn.close()
 

@@ -69,6 +69,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._next_reap_at = 0.0  # loop time of the next look for expired leases
         self._listener = Listener(
             self._url,
             {queries.CHANNEL_JOBS: self._on_runnable, queries.CHANNEL_CANCEL: self._on_cancel},
@@ -154,24 +155,33 @@ class Worker:
 
     async def _round(self, pool: asyncpg.Pool) -> None:
         try:
-            reaped = await attempts.reap_expired(pool, self._clock)
-            if reaped:
-                log.info("leases_reaped", count=reaped)
-            while self.running_count < self._settings.worker_concurrency:
+            # Expired leases are rare; a round is as frequent as a finished attempt. Look for
+            # them once per poll interval, not on every round of a busy worker.
+            now = asyncio.get_running_loop().time()
+            if now >= self._next_reap_at:
+                self._next_reap_at = now + self._settings.poll_interval_s
+                reaped = await attempts.reap_expired(pool, self._clock)
+                if reaped:
+                    log.info("leases_reaped", count=reaped)
+            # One round trip claims a batch for every free slot; a batch can come back short
+            # while tenants take turns, so claim again until it is empty or the slots are full.
+            while (free := self._settings.worker_concurrency - self.running_count) > 0:
                 if self._stopping.is_set():
                     return
                 claimed_at = asyncio.get_running_loop().time()
-                held = await attempts.claim(
+                batch = await attempts.claim_batch(
                     pool,
                     providers=list(self._providers),
                     worker_id=self.worker_id,
                     lease_s=self._settings.lease_s,
                     clock=self._clock,
                     limits=self._settings.provider_limits,
+                    max_jobs=free,
                 )
-                if held is None:
+                if not batch:
                     return
-                self._start(pool, held, claimed_at)
+                for held in batch:
+                    self._start(pool, held, claimed_at)
         except db.DISCONNECTS as exc:
             # The next round retries; the pool reconnects on its own.
             log.warning("database_unreachable", error=str(exc) or type(exc).__name__)

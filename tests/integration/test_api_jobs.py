@@ -298,7 +298,9 @@ async def test_create_beyond_the_budget_is_402_and_makes_nothing(
     assert second.headers["content-type"] == PROBLEM
     assert second.json()["type"] == "/problems/budget-exhausted"
     assert await job_count(pool) == 1
-    reserved = await pool.fetchval("SELECT reserved_usd FROM tenants WHERE id = 'default'")
+    reserved = await pool.fetchval(
+        "SELECT reserved_usd FROM tenant_balances WHERE tenant_id = 'default'"
+    )
     assert str(reserved) == "0.00020000"
 
 

@@ -22,7 +22,9 @@ def spec(prompt: str = "p") -> JobSpec:
 
 
 async def tenant_money(pool: asyncpg.Pool) -> tuple[Decimal, Decimal]:
-    row = await pool.fetchrow("SELECT reserved_usd, spent_usd FROM tenants WHERE id = 'default'")
+    row = await pool.fetchrow(
+        "SELECT reserved_usd, spent_usd FROM tenant_balances WHERE tenant_id = 'default'"
+    )
     assert row is not None
     return row["reserved_usd"], row["spent_usd"]
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-import uuid
 from collections.abc import AsyncIterator
 from decimal import Decimal
 
 import asyncpg
 import pytest
 
-from jobstream import attempts, db, queries
+from jobstream import attempts, db, migrations, queries
 from jobstream.attempts import Claimed
 from jobstream.clock import DatabaseClock
 from jobstream.usage import Usage
@@ -116,7 +115,7 @@ async def test_schema_applies_while_a_claim_holds_a_provider_row(
     try:
         async with wide_pool.acquire() as claimer, claimer.transaction():
             await claimer.fetch(queries.LOCK_PROVIDERS, ["openai"], None)
-            applying = asyncio.create_task(db.apply_schema(applier))
+            applying = asyncio.create_task(migrations.apply_schema(applier))
             pid = applier.get_server_pid()
 
             async def settled() -> bool:
@@ -127,17 +126,10 @@ async def test_schema_applies_while_a_claim_holds_a_provider_row(
 
             await eventually(settled, bool, what="the schema is applied or waits for a lock")
             job = await claimer.fetchrow(
-                queries.CLAIM_JOB, [], uuid.uuid4(), "w", 30.0, None, ["openai"], [LIMIT], []
+                queries.CLAIM_JOBS, [], "w", 30.0, None, ["openai"], [LIMIT], [], 1
             )
         async with asyncio.timeout(10):
             await applying
     finally:
         await applier.close()
     assert job is not None
-
-
-async def test_schema_adds_paused_at_to_a_database_made_before_it(pool: asyncpg.Pool) -> None:
-    await pool.execute("ALTER TABLE provider_state DROP COLUMN paused_at")
-    async with pool.acquire() as conn:
-        await db.apply_schema(conn)
-    await pool.execute("INSERT INTO provider_state (provider, paused_at) VALUES ('x', now())")

@@ -1,17 +1,102 @@
+"""The schema over time (jobstream/migrations.py): fresh, migrated and current databases."""
+
 from __future__ import annotations
 
-import asyncpg
+import asyncio
+from collections.abc import AsyncIterator
 
-from jobstream import db
+import asyncpg
+import pytest
+
+from jobstream import db, migrations
+from tests.support import database
+
+# The parts of a catalog two schemas must share: columns, constraints, indexes and views.
+CATALOG = """
+SELECT 'column' AS kind, c.relname || '.' || a.attname AS name,
+       format_type(a.atttypid, a.atttypmod) || ' null=' || (NOT a.attnotnull)::text
+         || ' default=' || coalesce(pg_get_expr(d.adbin, d.adrelid), '') AS definition
+  FROM pg_attribute a
+  JOIN pg_class c ON c.oid = a.attrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'public'
+  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+ WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'v')
+UNION ALL
+SELECT 'constraint', c.conrelid::regclass || '.' || c.conname, pg_get_constraintdef(c.oid)
+  FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace AND n.nspname = 'public'
+UNION ALL
+SELECT 'index', indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'
+UNION ALL
+SELECT 'view', viewname, definition FROM pg_views WHERE schemaname = 'public'
+ORDER BY 1, 2
+"""
+
+
+@pytest.fixture
+async def empty_url(admin_url: str) -> AsyncIterator[str]:
+    """A database with no schema at all (the template has one)."""
+    url = await database.create_empty_database(admin_url)
+    yield url
+    await database.drop_test_database(admin_url, url)
+
+
+async def catalog(conn: db.Conn) -> list[tuple[str, str, str]]:
+    return [(r["kind"], r["name"], r["definition"]) for r in await conn.fetch(CATALOG)]
 
 
 async def test_schema_applies_twice_and_records_its_version(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
-        first = await db.apply_schema(conn)
-        second = await db.apply_schema(conn)
+        first = await migrations.apply_schema(conn)
+        second = await migrations.apply_schema(conn)
         recorded = await conn.fetchval("SELECT max(version) FROM schema_version")
-    assert first == second == recorded == db.schema_version(db.load_schema())
+    assert first == second == recorded == migrations.schema_version(migrations.load_schema())
 
 
 async def test_the_default_tenant_exists(pool: asyncpg.Pool) -> None:
     assert await pool.fetchval("SELECT name FROM tenants WHERE id = 'default'") is not None
+
+
+async def test_migrations_from_version_1_lead_to_exactly_schema_sql(
+    pool: asyncpg.Pool, empty_url: str
+) -> None:
+    first, *later = migrations.migrations()
+    assert first.version == 1 and [m.version for m in later] == list(range(2, 2 + len(later)))
+    old = await db.connect(empty_url)
+    try:
+        await old.execute(first.path.read_text())
+        # Money held under version 1 moves to the ledger's shards, whole.
+        await old.execute(
+            "INSERT INTO jobs (id, tenant_id, request_hash, provider, payload, max_attempts,"
+            " reserved_usd) VALUES (gen_random_uuid(), 'default', 'h', 'simulated', '{}', 1, 0.5)"
+        )
+        await old.execute("UPDATE tenants SET reserved_usd = 0.5, spent_usd = 2")
+        assert await migrations.apply_schema(old) == later[-1].version
+        migrated = await catalog(old)
+        money = await old.fetchrow("SELECT reserved_usd, spent_usd FROM tenant_balances")
+    finally:
+        await old.close()
+    async with pool.acquire() as fresh:
+        assert migrated == await catalog(fresh)
+    assert money is not None and (money["reserved_usd"], money["spent_usd"]) == (0.5, 2)
+
+
+async def test_a_current_schema_takes_no_lock_so_start_up_never_waits_for_workers(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    # Regression: start-up ran schema.sql whole, whose CREATE INDEX locked `jobs` while running
+    # workers held it, and a restarting server deadlocked with the reaper and exited.
+    async with pool.acquire() as holder, holder.transaction():
+        await holder.execute("LOCK TABLE jobs, job_attempts, tenants IN ACCESS EXCLUSIVE MODE")
+        starting = await db.connect(database_url)
+        try:
+            async with asyncio.timeout(5):
+                await migrations.apply_schema(starting)
+        finally:
+            await starting.close()
+
+
+async def test_a_database_newer_than_the_code_is_refused(pool: asyncpg.Pool) -> None:
+    await pool.execute("INSERT INTO schema_version (version) VALUES (999)")
+    async with pool.acquire() as conn:
+        with pytest.raises(migrations.SchemaTooNew, match="999"):
+            await migrations.apply_schema(conn)

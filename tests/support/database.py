@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from jobstream import db
+from jobstream import db, migrations
 from jobstream.embedded_pg import EmbeddedPostgres
 
 TEMPLATE = "jobstream_template"
@@ -52,9 +52,20 @@ async def create_template(admin_url: str) -> None:
         await conn.close()
     conn = await db.connect(with_database(admin_url, TEMPLATE))
     try:
-        await db.apply_schema(conn)
+        await migrations.apply_schema(conn)
     finally:
         await conn.close()
+
+
+async def create_empty_database(admin_url: str) -> str:
+    """A database with nothing of jobstream's in it (template0 has no schema)."""
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    finally:
+        await conn.close()
+    return with_database(admin_url, name)
 
 
 async def create_test_database(admin_url: str) -> str:

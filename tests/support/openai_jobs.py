@@ -75,7 +75,7 @@ class TenantMoney(NamedTuple):
 
 async def tenant_money(pool: asyncpg.Pool, tenant_id: str = "default") -> TenantMoney:
     row = await pool.fetchrow(
-        "SELECT reserved_usd, spent_usd FROM tenants WHERE id = $1", tenant_id
+        "SELECT reserved_usd, spent_usd FROM tenant_balances WHERE tenant_id = $1", tenant_id
     )
     assert row is not None
     return TenantMoney(row["reserved_usd"], row["spent_usd"])

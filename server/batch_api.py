@@ -1,0 +1,77 @@
+"""`POST /api/jobs/batch`: up to 1,000 creates in one request, one answer per item, in order.
+
+Each item is a `POST /api/jobs` body with an optional `idempotency_key`, and passes the same
+validation, idempotency, budget and rate rules as a single create. A bad item refuses that item
+(its answer is the problem a single create would have given), never the batch; the batch is
+created by one statement (jobstream.jobs.create_many).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from starlette.requests import Request
+from starlette.responses import Response
+
+from jobstream import jobs
+from server import representation, validation
+from server.auth import tenant_id
+from server.jobs_api import read_body, refusal_problem, require_json, reservation
+from server.problems import Problem
+from server.responses import json_response
+from server.state import state
+
+log = structlog.get_logger(__name__)
+
+MAX_ITEMS = 1000
+
+
+async def create_batch(request: Request) -> Response:
+    app = state(request)
+    tenant = await tenant_id(request)
+    require_json(request)
+    body = validation.parse_json(await read_body(request, app.settings.max_batch_body_bytes))
+    items = body.get("jobs")
+    if set(body) != {"jobs"} or not isinstance(items, list) or not 1 <= len(items) <= MAX_ITEMS:
+        raise Problem(
+            422, "validation", "Invalid request",
+            f'The body must be {{"jobs": [...]}} with 1 to {MAX_ITEMS:,} jobs.',
+            errors=[{"field": "jobs", "message": f"must be a list of 1 to {MAX_ITEMS:,} jobs"}],
+        )  # fmt: skip
+    answers: list[dict[str, Any] | None] = [None] * len(items)
+    valid: list[tuple[int, jobs.NewJob]] = []
+    for i, item in enumerate(items):
+        try:
+            valid.append((i, _new_job(request, item)))
+        except Problem as problem:
+            answers[i] = problem.body()
+    outcomes = await jobs.create_many(app.pool, tenant, [new for _, new in valid], clock=app.clock)
+    created = 0
+    for (i, _), outcome in zip(valid, outcomes, strict=True):
+        if isinstance(outcome, jobs.Created):
+            created += outcome.created
+            answers[i] = {
+                **representation.created(outcome.job, app.tokens),
+                "replayed": not outcome.created,
+            }
+        else:
+            answers[i] = refusal_problem(outcome).body()
+    log.info("jobs_created", tenant_id=tenant, items=len(items), created=created)
+    return json_response({"results": answers})
+
+
+def _new_job(request: Request, item: object) -> jobs.NewJob:
+    settings = state(request).settings
+    if not isinstance(item, dict):
+        raise Problem(422, "validation", "Invalid request", "Each job must be a JSON object.")
+    fields = dict(item)
+    raw_key = fields.pop("idempotency_key", None)
+    if raw_key is not None and not isinstance(raw_key, str):
+        raise Problem(
+            400, "invalid-idempotency-key", "Invalid Idempotency-Key",
+            "idempotency_key must be a string.",
+        )  # fmt: skip
+    key = validation.idempotency_key(raw_key, required=settings.require_idempotency_key)
+    spec = validation.job_spec(fields, default_provider=settings.default_provider)
+    return jobs.NewJob(spec, key, reservation(request, spec))

@@ -1,0 +1,172 @@
+"""The claim at scale (DESIGN.md §7): batches, turns across tenants, delayed jobs, and a cost
+that does not grow with the backlog."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import asyncpg
+import orjson
+import pytest
+
+from jobstream import attempts, db, jobs, queries
+from jobstream.attempts import Claimed
+from jobstream.clock import Clock, DatabaseClock, ManualClock
+from jobstream.jobs import NewJob
+from jobstream.jobspec import JobSpec
+
+CLOCK = DatabaseClock()
+
+
+async def enqueue(
+    pool: asyncpg.Pool, tenant: str, count: int, clock: Clock = CLOCK, **fields: object
+) -> None:
+    for start in range(0, count, 1000):
+        items = [
+            NewJob(JobSpec(prompt=f"{tenant} {i}", provider="simulated", **fields))  # type: ignore[arg-type]
+            for i in range(start, min(count, start + 1000))
+        ]
+        await jobs.create_many(pool, tenant, items, clock=clock)
+
+
+async def claim(pool: asyncpg.Pool, n: int, clock: Clock = CLOCK, who: str = "w") -> list[Claimed]:
+    return await attempts.claim_batch(
+        pool, providers=["simulated"], worker_id=who, lease_s=30, clock=clock, max_jobs=n
+    )
+
+
+async def add_tenant(pool: asyncpg.Pool, tenant: str, max_running: int = 1000) -> None:
+    await pool.execute(
+        "INSERT INTO tenants (id, name, max_running) VALUES ($1, $1, $2)", tenant, max_running
+    )
+
+
+async def test_a_batch_claims_a_tenants_jobs_by_priority_then_age(pool: asyncpg.Pool) -> None:
+    await enqueue(pool, "default", 3)
+    await enqueue(pool, "default", 1, priority=5)
+    held = await claim(pool, 3)
+    prompts = [h.spec.prompt for h in held]
+    assert prompts == ["default 0", "default 0", "default 1"]  # the urgent one, then the oldest
+    assert held[0].spec.prompt == "default 0"
+    urgent = await pool.fetchval("SELECT id FROM jobs WHERE priority = 5")
+    assert held[0].job_id == urgent
+    assert len({h.run_token for h in held}) == 3
+    # Each claimed job's log opens with its attempt, as for a single claim.
+    for h in held:
+        types = await pool.fetch(
+            "SELECT type, data FROM job_events WHERE job_id = $1 ORDER BY seq", h.job_id
+        )
+        assert [r["type"] for r in types] == ["status", "reset", "status"]
+        assert types[1]["data"] == {"attempt": 1, "reason": "first attempt"}
+
+
+async def test_a_tenants_single_job_starts_in_the_first_round_beside_another_ones_10000(
+    pool: asyncpg.Pool,
+) -> None:
+    await add_tenant(pool, "small")
+    await pool.execute("UPDATE tenants SET max_running = 100000 WHERE id = 'default'")
+    await enqueue(pool, "default", 10_000)
+    await enqueue(pool, "small", 1)
+    held = await claim(pool, 8)
+    assert "small" in {h.tenant_id for h in held}
+    assert len(held) == 8
+
+
+async def test_single_slot_claims_take_turns_between_tenants(pool: asyncpg.Pool) -> None:
+    await add_tenant(pool, "other")
+    await enqueue(pool, "default", 5)
+    await enqueue(pool, "other", 5)
+    order = []
+    for _ in range(6):
+        [held] = await claim(pool, 1)
+        order.append(held.tenant_id)
+        # Finished at once, so running counts never tell the tenants apart: turns must.
+        await pool.execute("UPDATE jobs SET status = 'succeeded' WHERE id = $1", held.job_id)
+    assert order.count("default") == order.count("other") == 3
+    assert all(a != b for a, b in itertools.pairwise(order))
+
+
+@pytest.fixture
+async def wide_pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await db.create_pool(database_url, min_size=8, max_size=8)
+    yield pool
+    await pool.close()
+
+
+async def test_racing_batch_claims_keep_the_tenants_limit_exact(
+    wide_pool: asyncpg.Pool,
+) -> None:
+    await wide_pool.execute("UPDATE tenants SET max_running = 5 WHERE id = 'default'")
+    await add_tenant(wide_pool, "other", max_running=7)
+    await enqueue(wide_pool, "default", 40)
+    await enqueue(wide_pool, "other", 40)
+    limits = {"default": 5, "other": 7}
+
+    async def running() -> dict[str, int]:
+        rows = await wide_pool.fetch(
+            "SELECT tenant_id, count(*) FROM jobs WHERE status = 'running' GROUP BY 1"
+        )
+        return {r["tenant_id"]: r["count"] for r in rows}
+
+    for _ in range(3):
+        won = await asyncio.gather(*(claim(wide_pool, 4, who=f"w{i}") for i in range(8)))
+        held = [h for batch in won for h in batch]
+        assert len({h.job_id for h in held}) == len(held)
+        assert all(n <= limits[tenant] for tenant, n in (await running()).items())
+        # A slot lost in the race is claimed by the next round, never given away twice.
+        await claim(wide_pool, 20)
+        assert await running() == limits
+        await wide_pool.execute("UPDATE jobs SET status = 'succeeded' WHERE status = 'running'")
+
+
+async def test_a_delayed_job_is_queued_and_not_claimed_before_its_time(
+    pool: asyncpg.Pool,
+) -> None:
+    clock = ManualClock()
+    await enqueue(pool, "default", 1, clock=clock, delay_s=60.0)
+    await enqueue(pool, "default", 1, clock=clock, run_at=clock.now() + timedelta(seconds=120))
+    assert await claim(pool, 8, clock) == []
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'queued'") == 2
+    clock.advance(61)
+    assert [h.spec.prompt for h in await claim(pool, 8, clock)] == ["default 0"]
+    clock.advance(60)
+    assert len(await claim(pool, 8, clock)) == 1
+
+
+async def claim_buffers(pool: asyncpg.Pool) -> int:
+    """Pages one claim statement touches (EXPLAIN ANALYZE runs it; the transaction is undone)."""
+    async with pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            plan = await conn.fetchval(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + queries.CLAIM_JOBS,
+                ["simulated"], "w", 30.0, None, [], [], [], 8,
+            )  # fmt: skip
+        finally:
+            await tx.rollback()
+    top = (orjson.loads(plan) if isinstance(plan, str) else plan)[0]
+    touched: int = top["Plan"]["Shared Hit Blocks"] + top["Plan"]["Shared Read Blocks"]
+    assert top["Plan"]["Actual Rows"] == 8
+    return touched
+
+
+async def test_the_claim_reads_as_much_with_20000_jobs_queued_as_with_200(
+    pool: asyncpg.Pool,
+) -> None:
+    # The old claim sorted every runnable job: its pages grew with the backlog. A delayed backlog
+    # of higher priority must not be read either.
+    await add_tenant(pool, "other")
+    await enqueue(pool, "default", 100)
+    await enqueue(pool, "other", 100)
+    await pool.execute("VACUUM ANALYZE jobs")
+    small = await claim_buffers(pool)
+    await enqueue(pool, "default", 10_000)
+    await enqueue(pool, "other", 10_000)
+    await enqueue(pool, "other", 2_000, priority=5, delay_s=3600.0)
+    await pool.execute("VACUUM ANALYZE jobs")
+    large = await claim_buffers(pool)
+    assert large < 1.5 * small + 10, (small, large)
