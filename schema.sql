@@ -170,4 +170,17 @@ CREATE TABLE IF NOT EXISTS webhook_deliveries (
 CREATE INDEX IF NOT EXISTS webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at)
     WHERE status = 'pending';
 
+-- The body of a job's terminal webhook, built from its final row; its timestamp is the job's end,
+-- so a retried delivery sends the same bytes. Used by every statement that ends a job.
+CREATE OR REPLACE FUNCTION job_webhook_payload(
+    id uuid, status text, attempts integer, finished_at timestamptz, result jsonb, error jsonb
+) RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+    SELECT jsonb_build_object(
+        'type', 'job.' || status,
+        'timestamp', to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+        'data', jsonb_build_object('id', id, 'status', status, 'attempts', attempts)
+                || CASE WHEN status = 'succeeded' THEN jsonb_build_object('result', result)
+                        ELSE jsonb_build_object('error', error) END)
+$$;
+
 INSERT INTO schema_version (version) VALUES (2) ON CONFLICT (version) DO NOTHING;

@@ -220,30 +220,42 @@ async def _finish_attempt(
     )
 
 
-async def succeed(pool: asyncpg.Pool, held: Claimed, text: str, usage: Usage, clock: Clock) -> None:
-    """Accept this attempt's result. At most one result per job: the fence guarantees it."""
+async def succeed(
+    pool: asyncpg.Pool,
+    held: Claimed,
+    text: str,
+    usage: Usage,
+    clock: Clock,
+    *,
+    last_chunk: str = "",
+) -> None:
+    """Accept this attempt's result. At most one result per job: the fence guarantees it.
+
+    `last_chunk`, the text not yet in the log, is appended by the same statement.
+    """
     result = {"text": text, "usage": usage.to_json()}
-    async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(
-            queries.COMPLETE_JOB, held.job_id, held.run_token, result, clock.now()
-        )
-        if row is None:
-            raise Fenced(f"job {held.job_id}: not running under this attempt")
-        await _finish_attempt(conn, held, "succeeded", clock, usage=usage)
-        await outbox.record_end(conn, held.job_id)
-        # The tenant pays the accepted attempt's price, once; failed attempts are our cost.
-        await ledger.charge(conn, held.job_id, usage.cost_usd)
-        await events.append(
-            conn,
-            held.job_id,
-            held.attempt,
-            [
-                NewEvent("usage", usage.to_json()),
-                NewEvent("done", {"status": "succeeded", "result": result}),
-            ],
-            # The fenced UPDATE above holds the row lock; the job no longer reads `running`.
-            run_token=None,
-        )
+    new_events = [
+        *([NewEvent("token", {"text": last_chunk})] if last_chunk else []),
+        NewEvent("usage", usage.to_json()),
+        NewEvent("done", {"status": "succeeded", "result": result}),
+    ]
+    # The tenant pays the accepted attempt's price, once; failed attempts are our cost.
+    last_seq = await pool.fetchval(
+        queries.SUCCEED_ATTEMPT,
+        held.job_id,
+        held.run_token,
+        result,
+        clock.now(),
+        held.attempt,
+        [e.type for e in new_events],
+        [e.data for e in new_events],
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cost_usd,
+        usage.cost_known,
+    )
+    if last_seq is None:
+        raise Fenced(f"job {held.job_id}: not running under this attempt")
 
 
 def _usage_event(usage: Usage | None) -> list[NewEvent]:

@@ -1,4 +1,4 @@
-"""`jobstream`: submit, follow, read and cancel jobs from a terminal or a script.
+"""`jobstream`: submit (one or a batch), follow, read and cancel jobs from a terminal or a script.
 
 Exit codes: 0 the job succeeded (or the request was done); 1 the job ended without success
 (failed, dead, cancelled); 2 the request was refused (unknown job, invalid input); 3 the server
@@ -13,7 +13,7 @@ import os
 import sys
 import uuid
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import httpx
 import orjson
@@ -22,6 +22,7 @@ from jobstream.follower import Follower, FollowError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+BATCH_SIZE = 1000  # the most POST /api/jobs/batch takes
 
 
 class Refused(Exception):
@@ -57,6 +58,18 @@ def parser() -> argparse.ArgumentParser:
     submit.add_argument("--metadata", type=_json_object)
     submit.add_argument(
         "--idempotency-key", help="default: a fresh one, reused if the request is retried"
+    )
+    later = submit.add_mutually_exclusive_group()
+    later.add_argument("--run-at", dest="run_at", help="start no earlier than this RFC 3339 time")
+    later.add_argument("--delay", type=float, dest="delay_s", help="start after this many seconds")
+
+    batch = commands.add_parser(
+        "batch",
+        parents=[common],
+        help="create many jobs: one POST /api/jobs body per line (JSON lines)",
+    )
+    batch.add_argument(
+        "file", type=argparse.FileType("rb"), help="a JSON-lines file, or - for standard input"
     )
 
     follow = commands.add_parser("follow", parents=[common], help="stream a job's output")
@@ -101,6 +114,8 @@ async def _run(args: argparse.Namespace) -> int:
     ) as client:
         if args.command == "submit":
             return await _submit(client, args)
+        if args.command == "batch":
+            return await _batch(client, args.file, json_lines=args.json)
         if args.command == "follow":
             return await _follow(client, args.job_id, args.after, json_lines=args.json)
         if args.command == "get":
@@ -121,7 +136,10 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 
 
 async def _submit(client: httpx.AsyncClient, args: argparse.Namespace) -> int:
-    fields = ("provider", "model", "max_tokens", "max_attempts", "priority", "timeout_s")
+    fields = (
+        "provider", "model", "max_tokens", "max_attempts", "priority", "timeout_s", "run_at",
+        "delay_s",
+    )  # fmt: skip
     body: dict[str, Any] = {"prompt": args.prompt}
     body |= {name: getattr(args, name) for name in fields if getattr(args, name) is not None}
     body |= {name: getattr(args, name) for name in ("simulate", "metadata") if getattr(args, name)}
@@ -137,6 +155,43 @@ async def _submit(client: httpx.AsyncClient, args: argparse.Namespace) -> int:
     if not args.follow:
         return EXIT_OK
     return await _follow(client, job["id"], 0, json_lines=args.json)
+
+
+async def _batch(client: httpx.AsyncClient, lines: BinaryIO, *, json_lines: bool) -> int:
+    """POST the jobs 1,000 at a time; print one line per job, in order: its id, or why not."""
+    refused = 0
+    chunk: list[Any] = []
+
+    async def send() -> None:
+        nonlocal refused
+        answer = await _request(client, "POST", "/api/jobs/batch", json={"jobs": chunk})
+        for result in answer["results"]:
+            if json_lines:
+                _emit(result)
+            elif "id" in result:
+                print(result["id"] + ("  (replayed)" if result["replayed"] else ""))
+            else:
+                refused += 1
+                print(f"refused: {result['status']} {result['title']}: {result['detail']}")
+        chunk.clear()
+
+    with lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                job = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise Refused(f"line {number} is not JSON: {exc}") from None
+            if isinstance(job, dict):
+                # As for submit: a batch sent again after a lost answer makes no second job.
+                job.setdefault("idempotency_key", str(uuid.uuid4()))
+            chunk.append(job)
+            if len(chunk) == BATCH_SIZE:
+                await send()
+        if chunk:
+            await send()
+    return EXIT_REFUSED if refused else EXIT_OK
 
 
 async def _request(client: httpx.AsyncClient, method: str, path: str, **kw: Any) -> Any:
@@ -256,6 +311,8 @@ def _print_job(job: dict[str, Any], *, json_lines: bool) -> None:
         ("status", f"{job['status']} (attempt {job['attempts']} of {job['max_attempts']})"),
         ("events", str(job["last_seq"])),
     ]
+    if job.get("run_at"):
+        rows.append(("run at", job["run_at"]))
     if job.get("error"):
         rows.append(("error", f"{job['error'].get('class')}: {job['error'].get('message')}"))
     for name, value in rows:

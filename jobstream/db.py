@@ -88,9 +88,16 @@ async def wait_for_database(url: str, timeout_s: float) -> None:
             return
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """A released connection keeps its session: asyncpg has already rolled back any open
+    transaction, and nothing of ours sets session state on a pool connection (LISTEN has its own
+    connection; settings and advisory locks are transaction-scoped). The default reset sent
+    `RESET ALL` and `pg_advisory_unlock_all()` on every release: a round trip per statement."""
+
+
 async def create_pool(url: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
     pool = await asyncpg.create_pool(
-        url, min_size=min_size, max_size=max_size, init=init_connection
+        url, min_size=min_size, max_size=max_size, init=init_connection, reset=_keep_session
     )
     assert pool is not None
     return pool

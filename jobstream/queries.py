@@ -456,13 +456,51 @@ UPDATE jobs
 RETURNING status, cancel_requested_at
 """.format(now=NOW.format("$4"))
 
-COMPLETE_JOB = """
-UPDATE jobs
-   SET status = 'succeeded', result = $3, finished_at = {now}, updated_at = {now},
-       lease_until = NULL, error = NULL
- WHERE id = $1 AND run_token = $2 AND status = 'running'
-RETURNING *
-""".format(now=NOW.format("$4"))
+# Accept an attempt's result, in one statement (one round trip, one commit): fenced on the run
+# token, it ends the job, closes the attempt, appends the last events ($6/$7: the final token
+# chunk if any, `usage`, `done`), charges the accepted price once and frees the reservation on
+# the job's ledger shard, writes the webhook outbox row, and notifies followers. Every CTE acts
+# only through `done`: a fenced-out attempt changes nothing and gets no row back.
+# Parameters: $1 job, $2 run token, $3 result, $4 now, $5 attempt, $6 event types, $7 event
+# data, $8 input tokens, $9 output tokens, $10 cost (the price charged), $11 cost known.
+SUCCEED_ATTEMPT = """
+WITH done AS (
+    UPDATE jobs j
+       SET status = 'succeeded', result = $3,
+           finished_at = coalesce($4::timestamptz, statement_timestamp()),
+           updated_at = coalesce($4::timestamptz, statement_timestamp()),
+           lease_until = NULL, error = NULL, charged_usd = $10, reserved_usd = 0,
+           last_seq = j.last_seq + cardinality($6::text[])
+      FROM jobs old
+     WHERE j.id = $1 AND j.run_token = $2 AND j.status = 'running' AND old.id = j.id
+    RETURNING j.id, j.tenant_id, j.status, j.attempts, j.finished_at, j.result, j.error,
+              j.webhook_url, j.last_seq, old.reserved_usd AS held,
+              get_byte(uuid_send(j.id), 15) % 16 AS shard
+), closed AS (
+    UPDATE job_attempts a
+       SET outcome = 'succeeded', finished_at = done.finished_at, input_tokens = $8,
+           output_tokens = $9, cost_usd = $10, cost_known = $11
+      FROM done
+     WHERE a.job_id = done.id AND a.attempt = $5 AND a.outcome = 'running'
+), logged AS (
+    INSERT INTO job_events (job_id, seq, attempt, type, data)
+    SELECT done.id, done.last_seq - cardinality($6::text[]) + e.ord, $5, e.type, e.data
+      FROM done, unnest($6::text[], $7::jsonb[]) WITH ORDINALITY AS e (type, data, ord)
+), charged AS (
+    INSERT INTO tenant_ledger AS l (tenant_id, shard, spent_usd)
+    SELECT tenant_id, shard, $10 FROM done
+    ON CONFLICT (tenant_id, shard) DO UPDATE
+       SET reserved_usd = l.reserved_usd - (SELECT held FROM done),
+           spent_usd = l.spent_usd + EXCLUDED.spent_usd
+), hooked AS (
+    INSERT INTO webhook_deliveries (job_id, event, url, payload, next_attempt_at)
+    SELECT id, 'job.' || status, webhook_url,
+           job_webhook_payload(id, status, attempts, finished_at, result, error), finished_at
+      FROM done
+     WHERE webhook_url IS NOT NULL
+)
+SELECT last_seq, pg_notify('{channel}', id::text || ':' || last_seq) FROM done
+""".replace("{channel}", CHANNEL_EVENTS)
 
 # Back to the queue for another attempt. run_token is cleared so the old attempt is fenced out.
 REQUEUE_JOB = """
@@ -664,18 +702,11 @@ ON CONFLICT (tenant_id, shard) DO UPDATE
 
 # The outbox write, run in the transaction that ends the job, after the UPDATE that ended it (so
 # it reads the final row). A job without a webhook_url, or not in a terminal state, inserts
-# nothing. The payload is built here from the committed row, and its timestamp is the job's end,
-# so a retried delivery sends the same bytes.
+# nothing. The payload is built from the ended row (schema.sql, job_webhook_payload).
 INSERT_WEBHOOK_DELIVERY = """
 INSERT INTO webhook_deliveries (job_id, event, url, payload, next_attempt_at)
 SELECT id, 'job.' || status, webhook_url,
-       jsonb_build_object(
-           'type', 'job.' || status,
-           'timestamp', to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'data', jsonb_build_object('id', id, 'status', status, 'attempts', attempts)
-                   || CASE WHEN status = 'succeeded' THEN jsonb_build_object('result', result)
-                           ELSE jsonb_build_object('error', error) END),
-       finished_at
+       job_webhook_payload(id, status, attempts, finished_at, result, error), finished_at
   FROM jobs
  WHERE id = $1
    AND webhook_url IS NOT NULL

@@ -93,6 +93,13 @@ class Settings:
         "Most attempts running at once per provider, across every worker, as `name=N,name=N`; "
         "a provider not named has no limit. Give every worker the same value.",
     )
+    claim_gather_s: float = _setting(
+        "JOBSTREAM_CLAIM_GATHER_S",
+        0.005,
+        "While at least half its slots are busy, a worker waits this long, seconds, for more "
+        "slots to free before it claims, so that one claim fills several (0: claim at once).",
+        minimum=0,
+    )
     lease_s: float = _setting(
         "JOBSTREAM_LEASE_S", 30.0, "Lease length, seconds; renewed every third of it.", minimum=0.1
     )

@@ -42,6 +42,7 @@ def summary(job: Job, tokens: StreamTokens) -> dict[str, Any]:
         "attempts": job["attempts"],
         "max_attempts": job["max_attempts"],
         "created_at": _iso(job["created_at"]),
+        "run_at": _iso(job["run_after"]) if job["status"] == "queued" else None,
         "finished_at": _iso(job["finished_at"]),
         "metadata": job["metadata"],
         **links(job_id, tokens),
@@ -87,7 +88,8 @@ def detail(snap: Snapshot, tokens: StreamTokens) -> dict[str, Any]:
         "created_at": _iso(job["created_at"]),
         "started_at": _iso(job["started_at"]),
         "finished_at": _iso(job["finished_at"]),
-        "run_after": _iso(job["run_after"]) if job["status"] == "queued" else None,
+        # When a queued job may start: its run_at or delay_s, or a scheduled retry.
+        "run_at": _iso(job["run_after"]) if job["status"] == "queued" else None,
         "last_seq": job["last_seq"],
         "output": {"attempt": job["attempts"], "text": snap.text},
         "result": job["result"],

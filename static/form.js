@@ -38,6 +38,7 @@ export class NewJobForm {
       retry_unknown: f.retry_unknown.checked,
     };
     if (f.model.value.trim()) body.model = f.model.value.trim();
+    if (f.delay_s.value !== "") body.delay_s = Number(f.delay_s.value);
     if (body.provider === "simulated") {
       const simulate = { tokens_per_second: Number(f.tokens_per_second.value || 0), pattern: f.pattern.value };
       if (f.tokens.value !== "") simulate.tokens = int(f.tokens);

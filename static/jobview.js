@@ -90,6 +90,11 @@ export class JobView {
     this.renderDetails(job);
     if (job.status === "failed" || job.status === "dead") this.showError(job.error);
     this.el.attempt.textContent = job.output.attempt ? `attempt ${job.output.attempt}` : "";
+    // A delayed job (run_at / delay_s) or a scheduled retry: say when it starts.
+    const later = job.status === "queued" && job.run_at && Date.parse(job.run_at) > Date.now();
+    this.el.placeholder.textContent = later
+      ? `Scheduled to start at ${formatTime(job.run_at)}.`
+      : "Waiting for the first token…";
   }
 
   append(chunk) {

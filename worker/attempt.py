@@ -245,17 +245,24 @@ class AttemptRunner:
             return "fenced"
         try:
             chunk = self._coalescer.take()
-            if chunk:
+            # A success appends its last chunk in its own statement, one commit instead of two.
+            # After a write in doubt the chunk is reconciled with the log first (TokenLog).
+            rides_along = isinstance(ending, StreamEnded) and not self._tokens.in_doubt
+            if chunk and not rides_along:
                 # The append fence admits `cancelling` too: a refusal here means we lost the job.
                 await self._persist(lambda: self._tokens.write(chunk))
+                chunk = ""
             try:
-                return await self._record(ending)
+                return await self._record(ending, chunk)
             except Fenced as refused:
                 if isinstance(ending, CancelRequested):
                     raise
                 # Refused because the job is `cancelling` under our token? Then the cancel wins
-                # (a cancelled job never turns succeeded). Otherwise we were fenced out.
+                # (a cancelled job never turns succeeded), with every token we had in its log.
+                # Otherwise we were fenced out.
                 try:
+                    if chunk:
+                        await self._persist(lambda: self._tokens.write(chunk))
                     return await self._confirm_cancel()
                 except Fenced:
                     raise refused from None
@@ -267,11 +274,11 @@ class AttemptRunner:
             return "abandoned"
 
     async def _record(
-        self, ending: StreamEnded | StreamFailed | CancelRequested | Interrupted
+        self, ending: StreamEnded | StreamFailed | CancelRequested | Interrupted, last_chunk: str
     ) -> AttemptResult:
         match ending:
             case StreamEnded():
-                return await self._succeed()
+                return await self._succeed(last_chunk)
             case StreamFailed(failure=failure):
                 return await self._fail(failure)
             case CancelRequested():
@@ -279,11 +286,13 @@ class AttemptRunner:
             case Interrupted():
                 return await self._hand_back()
 
-    async def _succeed(self) -> AttemptResult:
+    async def _succeed(self, last_chunk: str) -> AttemptResult:
         usage = self._usage_so_far()
         text = self._coalescer.output
         await self._persist(
-            lambda: attempts.succeed(self._pool, self.held, text, usage, self._clock)
+            lambda: attempts.succeed(
+                self._pool, self.held, text, usage, self._clock, last_chunk=last_chunk
+            )
         )
         log.info("attempt_succeeded", status="succeeded", **_usage_fields(usage))
         return "succeeded"

@@ -22,6 +22,11 @@ class TokenLog:
         self._durable = 0  # characters of this attempt's text known to be committed
         self._in_doubt = False  # the last write may or may not have committed
 
+    @property
+    def in_doubt(self) -> bool:
+        """The last write may or may not have committed: the next one reconciles first."""
+        return self._in_doubt
+
     async def write(self, chunk: str) -> None:
         """Append `chunk`, the text that follows everything written before.
 

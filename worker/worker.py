@@ -152,6 +152,23 @@ class Worker:
                     await self._wake.wait()
             except TimeoutError:
                 pass  # the polling fallback: a NOTIFY may have been lost
+            await self._gather_free_slots()
+
+    async def _gather_free_slots(self) -> None:
+        """A busy worker waits a moment for more slots to free before it claims.
+
+        Attempts end one at a time; claiming at each end would cost a claim transaction per job.
+        While at least half the slots are busy, a short wait lets one claim fill several.
+        """
+        gather_s = self._settings.claim_gather_s
+        concurrency = self._settings.worker_concurrency
+        if gather_s <= 0 or self.running_count * 2 < concurrency:
+            return
+        try:
+            async with asyncio.timeout(gather_s):
+                await self._stopping.wait()
+        except TimeoutError:
+            pass
 
     async def _round(self, pool: asyncpg.Pool) -> None:
         try:

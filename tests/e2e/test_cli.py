@@ -14,12 +14,13 @@ from tests.e2e.conftest import Stack
 JOBSTREAM_CLI = str(Path(sys.executable).with_name("jobstream"))
 
 
-async def cli(stack: Stack, *args: str) -> tuple[int, str, str]:
+async def cli(stack: Stack, *args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         JOBSTREAM_CLI, *args, "--url", stack.base_url,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    out, err = await asyncio.wait_for(process.communicate(), 60)
+    out, err = await asyncio.wait_for(process.communicate(stdin), 60)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
 
@@ -66,3 +67,24 @@ async def test_json_lines_get_and_cancel(stack: Stack) -> None:
     assert code == 0 and "cancelled" in out
     code, _, err = await cli(stack, "get", "00000000-0000-0000-0000-000000000000")
     assert code == 2 and "404" in err
+
+
+async def test_batch_creates_a_job_per_line_and_says_which_were_refused(stack: Stack) -> None:
+    lines = [{"prompt": f"p{i}", "simulate": {"tokens": 1}} for i in range(3)]
+    lines.insert(1, {"prompt": ""})
+    stdin = b"\n".join(orjson.dumps(line) for line in lines) + b"\n"
+    code, out, _ = await cli(stack, "batch", "-", stdin=stdin)
+    assert code == 2  # one line was refused
+    first, refused, *rest = out.splitlines()
+    assert refused.startswith("refused: 422")
+    for job_id in (first, *rest):
+        code, shown, _ = await cli(stack, "get", job_id, "--json")
+        assert code == 0 and orjson.loads(shown)["id"] == job_id
+
+
+async def test_a_delayed_submit_is_queued_and_get_shows_when_it_runs(stack: Stack) -> None:
+    code, out, err = await cli(stack, "submit", "later", "--delay", "3600")
+    assert code == 0, err
+    code, shown, _ = await cli(stack, "get", out.strip())
+    assert code == 0
+    assert "queued" in shown and "run at" in shown

@@ -281,6 +281,16 @@ async def test_cancel_running_job_ends_cancelled(page: Page, stack: Stack) -> No
     assert_prefixes((await seen(page))["outputs"], count_text(5000))
 
 
+async def test_a_delayed_job_says_when_it_starts(page: Page) -> None:
+    await open_page(page, "/")
+    await page.get_by_label("Prompt").fill("later, please")
+    await page.get_by_label("Start after (s, blank = now)").fill("3600")
+    await page.get_by_role("button", name="Start job").click()
+    await page.wait_for_url("**/jobs/*")
+    await expect(page.get_by_test_id("status")).to_have_text("queued")
+    await expect(page.locator("#output-placeholder")).to_contain_text("Scheduled to start at")
+
+
 async def test_finished_job_view_screenshot(page: Page, output_dir: Path) -> None:
     """The job view after a retried job: what the README shows."""
     await page.set_viewport_size({"width": 1180, "height": 860})

@@ -325,3 +325,34 @@ async def test_creates_beyond_the_tenants_rate_are_429_with_retry_after(
     again = await client.post("/api/jobs", json=body(prompt="kept"), headers=headers)
     assert (first.status_code, again.status_code) == (202, 200)
     assert made["id"] != first.json()["id"]
+
+
+async def test_a_delayed_job_shows_when_it_may_run(client: httpx.AsyncClient) -> None:
+    at = "2099-01-01T09:30:00+00:00"
+    for fields in ({"delay_s": 90}, {"run_at": "2026-12-01T09:30:00Z"}):
+        response = await client.post("/api/jobs", json=body(**fields))
+        assert response.status_code == 202, response.text
+        job = (await client.get(response.json()["poll_url"])).json()
+        assert job["status"] == "queued" and job["run_at"] is not None
+    # Over a year ahead, naive, malformed, or both forms at once: 422 naming the field.
+    for fields, field in (
+        ({"run_at": at}, "run_at"),
+        ({"run_at": "2026-12-01T09:30:00"}, "run_at"),
+        ({"run_at": "tomorrow"}, "run_at"),
+        ({"run_at": "2026-12-01T09:30:00Z", "delay_s": 5}, "delay_s"),
+        ({"delay_s": -1}, "delay_s"),
+    ):
+        refused = await client.post("/api/jobs", json=body(**fields))
+        assert refused.status_code == 422, fields
+        assert [e["field"] for e in refused.json()["errors"]] == [field]
+
+
+async def test_delay_s_puts_run_at_that_far_after_the_create(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    job = (await client.post("/api/jobs", json=body(delay_s=90))).json()
+    row = await pool.fetchrow(
+        "SELECT created_at, run_after FROM jobs WHERE id = $1::uuid", job["id"]
+    )
+    assert row is not None
+    assert (row["run_after"] - row["created_at"]).total_seconds() == 90
