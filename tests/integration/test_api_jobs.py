@@ -335,15 +335,16 @@ async def test_a_delayed_job_shows_when_it_may_run(client: httpx.AsyncClient) ->
         job = (await client.get(response.json()["poll_url"])).json()
         assert job["status"] == "queued" and job["run_at"] is not None
     # Over a year ahead, naive, malformed, or both forms at once: 422 naming the field.
-    for fields, field in (
+    refusals: list[tuple[dict[str, object], str]] = [
         ({"run_at": at}, "run_at"),
         ({"run_at": "2026-12-01T09:30:00"}, "run_at"),
         ({"run_at": "tomorrow"}, "run_at"),
         ({"run_at": "2026-12-01T09:30:00Z", "delay_s": 5}, "delay_s"),
         ({"delay_s": -1}, "delay_s"),
-    ):
-        refused = await client.post("/api/jobs", json=body(**fields))
-        assert refused.status_code == 422, fields
+    ]
+    for bad, field in refusals:
+        refused = await client.post("/api/jobs", json=body(**bad))
+        assert refused.status_code == 422, bad
         assert [e["field"] for e in refused.json()["errors"]] == [field]
 
 
