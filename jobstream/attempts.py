@@ -220,42 +220,58 @@ async def _finish_attempt(
     )
 
 
-async def succeed(
-    pool: asyncpg.Pool,
-    held: Claimed,
-    text: str,
-    usage: Usage,
-    clock: Clock,
-    *,
-    last_chunk: str = "",
-) -> None:
-    """Accept this attempt's result. At most one result per job: the fence guarantees it.
+@dataclass(frozen=True)
+class Success:
+    """An attempt's accepted result, ready to write: its text, its usage, and `last_chunk`, the
+    end of the text that is not in the log yet (appended by the same statement)."""
 
-    `last_chunk`, the text not yet in the log, is appended by the same statement.
+    held: Claimed
+    text: str
+    usage: Usage
+    last_chunk: str = ""
+
+    def events(self) -> list[NewEvent]:
+        result = {"text": self.text, "usage": self.usage.to_json()}
+        return [
+            *([NewEvent("token", {"text": self.last_chunk})] if self.last_chunk else []),
+            NewEvent("usage", self.usage.to_json()),
+            NewEvent("done", {"status": "succeeded", "result": result}),
+        ]
+
+
+async def accept_many(pool: asyncpg.Pool, successes: Sequence[Success], clock: Clock) -> set[int]:
+    """Accept these attempts' results in one statement; returns the indexes that landed.
+
+    The others were fenced out (another attempt, a cancel or the reaper owns their job) and
+    changed nothing. At most one result per job: the fence guarantees it. The tenant pays the
+    accepted attempt's price, once; failed attempts are our cost.
     """
-    result = {"text": text, "usage": usage.to_json()}
-    new_events = [
-        *([NewEvent("token", {"text": last_chunk})] if last_chunk else []),
-        NewEvent("usage", usage.to_json()),
-        NewEvent("done", {"status": "succeeded", "result": result}),
-    ]
-    # The tenant pays the accepted attempt's price, once; failed attempts are our cost.
-    last_seq = await pool.fetchval(
-        queries.SUCCEED_ATTEMPT,
-        held.job_id,
-        held.run_token,
-        result,
+    by_job = {s.held.job_id: i for i, s in enumerate(successes)}
+    each = [s.events() for s in successes]
+    events = [(s.held.job_id, e) for s, new in zip(successes, each, strict=True) for e in new]
+    rows = await pool.fetch(
+        queries.SUCCEED_ATTEMPTS,
+        [s.held.job_id for s in successes],
+        [s.held.run_token for s in successes],
+        [{"text": s.text, "usage": s.usage.to_json()} for s in successes],
+        [s.held.attempt for s in successes],
+        [s.usage.input_tokens for s in successes],
+        [s.usage.output_tokens for s in successes],
+        [s.usage.cost_usd for s in successes],
+        [s.usage.cost_known for s in successes],
+        [job_id for job_id, _ in events],
+        [e.type for _, e in events],
+        [e.data for _, e in events],
         clock.now(),
-        held.attempt,
-        [e.type for e in new_events],
-        [e.data for e in new_events],
-        usage.input_tokens,
-        usage.output_tokens,
-        usage.cost_usd,
-        usage.cost_known,
+        [len(new) for new in each],
     )
-    if last_seq is None:
-        raise Fenced(f"job {held.job_id}: not running under this attempt")
+    return {by_job[row["id"]] for row in rows}
+
+
+async def accept(pool: asyncpg.Pool, success: Success, clock: Clock) -> None:
+    """Accept one attempt's result; raises Fenced when the attempt no longer holds its job."""
+    if not await accept_many(pool, [success], clock):
+        raise Fenced(f"job {success.held.job_id}: not running under this attempt")
 
 
 def _usage_event(usage: Usage | None) -> list[NewEvent]:

@@ -456,41 +456,67 @@ UPDATE jobs
 RETURNING status, cancel_requested_at
 """.format(now=NOW.format("$4"))
 
-# Accept an attempt's result, in one statement (one round trip, one commit): fenced on the run
-# token, it ends the job, closes the attempt, appends the last events ($6/$7: the final token
-# chunk if any, `usage`, `done`), charges the accepted price once and frees the reservation on
-# the job's ledger shard, writes the webhook outbox row, and notifies followers. Every CTE acts
-# only through `done`: a fenced-out attempt changes nothing and gets no row back.
-# Parameters: $1 job, $2 run token, $3 result, $4 now, $5 attempt, $6 event types, $7 event
-# data, $8 input tokens, $9 output tokens, $10 cost (the price charged), $11 cost known.
-SUCCEED_ATTEMPT = """
-WITH done AS (
+# Accept attempts' results, one or many (a worker's successes of one tick), in one statement and
+# one commit: fenced on each run token, it ends each job, closes its attempt, appends its last
+# events (the final token chunk if any, `usage`, `done`), charges the accepted price once and
+# frees the reservation on the job's ledger shard, writes the webhook outbox row, and notifies
+# followers. Every CTE acts only through `done`: a fenced-out attempt changes nothing, the others
+# still land, and the rows returned name the jobs that were accepted.
+# Parameters, one element per attempt: $1 job, $2 run token, $3 result, $4 attempt, $5 input
+# tokens, $6 output tokens, $7 cost (the price charged), $8 cost known; one element per event:
+# $9 its job, $10 type, $11 data, in log order; $12 now; $13 each attempt's count of events.
+SUCCEED_ATTEMPTS = """
+WITH input AS (
+    SELECT *
+      FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[], $4::int[], $5::int[], $6::int[],
+                  $7::numeric[], $8::boolean[], $13::int[])
+             AS i (job_id, run_token, result, attempt, input_tokens, output_tokens, cost,
+                   cost_known, n_events)
+), new_events AS (
+    SELECT e.job_id, e.type, e.data,
+           row_number() OVER (PARTITION BY e.job_id ORDER BY e.ord) AS nth
+      FROM unnest($9::uuid[], $10::text[], $11::jsonb[])
+             WITH ORDINALITY AS e (job_id, type, data, ord)
+), done AS (
     UPDATE jobs j
-       SET status = 'succeeded', result = $3,
-           finished_at = coalesce($4::timestamptz, statement_timestamp()),
-           updated_at = coalesce($4::timestamptz, statement_timestamp()),
-           lease_until = NULL, error = NULL, charged_usd = $10, reserved_usd = 0,
-           last_seq = j.last_seq + cardinality($6::text[])
-      FROM jobs old
-     WHERE j.id = $1 AND j.run_token = $2 AND j.status = 'running' AND old.id = j.id
+       SET status = 'succeeded', result = i.result,
+           finished_at = coalesce($12::timestamptz, statement_timestamp()),
+           updated_at = coalesce($12::timestamptz, statement_timestamp()),
+           lease_until = NULL, error = NULL, charged_usd = i.cost, reserved_usd = 0,
+           last_seq = j.last_seq + i.n_events
+      FROM input i, jobs old
+     WHERE j.id = i.job_id AND j.run_token = i.run_token AND j.status = 'running'
+       AND old.id = j.id
     RETURNING j.id, j.tenant_id, j.status, j.attempts, j.finished_at, j.result, j.error,
-              j.webhook_url, j.last_seq, old.reserved_usd AS held,
+              j.webhook_url, j.last_seq, i.attempt, i.input_tokens, i.output_tokens, i.cost,
+              i.cost_known, i.n_events, old.reserved_usd AS held,
               get_byte(uuid_send(j.id), 15) % 16 AS shard
 ), closed AS (
     UPDATE job_attempts a
-       SET outcome = 'succeeded', finished_at = done.finished_at, input_tokens = $8,
-           output_tokens = $9, cost_usd = $10, cost_known = $11
+       SET outcome = 'succeeded', finished_at = done.finished_at,
+           input_tokens = done.input_tokens, output_tokens = done.output_tokens,
+           cost_usd = done.cost, cost_known = done.cost_known
       FROM done
-     WHERE a.job_id = done.id AND a.attempt = $5 AND a.outcome = 'running'
+     -- No `outcome = 'running'` test: the job ran under this attempt's token, so its attempt
+     -- is running; and with it the planner read every running attempt once per success.
+     WHERE a.job_id = done.id AND a.attempt = done.attempt
 ), logged AS (
     INSERT INTO job_events (job_id, seq, attempt, type, data)
-    SELECT done.id, done.last_seq - cardinality($6::text[]) + e.ord, $5, e.type, e.data
-      FROM done, unnest($6::text[], $7::jsonb[]) WITH ORDINALITY AS e (type, data, ord)
+    SELECT done.id, done.last_seq - done.n_events + e.nth, done.attempt, e.type, e.data
+      FROM done JOIN new_events e ON e.job_id = done.id
+), money AS (
+    SELECT tenant_id, shard, sum(held) AS held, sum(cost) AS cost
+      FROM done
+     GROUP BY tenant_id, shard
 ), charged AS (
+    -- In (tenant, shard) order, as every writer of the ledger: no two wait on each other in a
+    -- cycle. The row's reservation is never below what its jobs held (schema.sql).
     INSERT INTO tenant_ledger AS l (tenant_id, shard, spent_usd)
-    SELECT tenant_id, shard, $10 FROM done
+    SELECT tenant_id, shard, cost FROM money ORDER BY tenant_id, shard
     ON CONFLICT (tenant_id, shard) DO UPDATE
-       SET reserved_usd = l.reserved_usd - (SELECT held FROM done),
+       SET reserved_usd = l.reserved_usd - (SELECT m.held FROM money m
+                                             WHERE m.tenant_id = l.tenant_id
+                                               AND m.shard = l.shard),
            spent_usd = l.spent_usd + EXCLUDED.spent_usd
 ), hooked AS (
     INSERT INTO webhook_deliveries (job_id, event, url, payload, next_attempt_at)
@@ -499,7 +525,7 @@ WITH done AS (
       FROM done
      WHERE webhook_url IS NOT NULL
 )
-SELECT last_seq, pg_notify('{channel}', id::text || ':' || last_seq) FROM done
+SELECT id, last_seq, pg_notify('{channel}', id::text || ':' || last_seq) FROM done
 """.replace("{channel}", CHANNEL_EVENTS)
 
 # Back to the queue for another attempt. run_token is cleared so the old attempt is fenced out.

@@ -44,6 +44,9 @@ log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
+# Writes an attempt's success; raises Fenced when the attempt no longer holds its job.
+SuccessWriter = Callable[[attempts.Success], Awaitable[None]]
+
 # What became of the attempt, from this worker's point of view.
 AttemptResult = Literal[
     "succeeded",
@@ -93,6 +96,7 @@ class AttemptRunner:
         clock: Clock,
         rng: random.Random,
         claimed_at: float,
+        write_success: SuccessWriter | None = None,
     ) -> None:
         self.held = held
         self._pool = pool
@@ -100,6 +104,10 @@ class AttemptRunner:
         self._settings = settings
         self._clock = clock
         self._rng = rng
+        # The worker's group writer (worker/completions.py), or a statement of our own.
+        self._write_success: SuccessWriter = write_success or (
+            lambda success: attempts.accept(pool, success, clock)
+        )
         self._inbox: Inbox = asyncio.Queue()
         self._coalescer = Coalescer(
             interval_s=settings.flush_interval_s, max_bytes=settings.flush_bytes
@@ -289,11 +297,8 @@ class AttemptRunner:
     async def _succeed(self, last_chunk: str) -> AttemptResult:
         usage = self._usage_so_far()
         text = self._coalescer.output
-        await self._persist(
-            lambda: attempts.succeed(
-                self._pool, self.held, text, usage, self._clock, last_chunk=last_chunk
-            )
-        )
+        success = attempts.Success(self.held, text, usage, last_chunk)
+        await self._persist(lambda: self._write_success(success))
         log.info("attempt_succeeded", status="succeeded", **_usage_fields(usage))
         return "succeeded"
 

@@ -26,6 +26,7 @@ from jobstream.clock import Clock, DatabaseClock
 from jobstream.listener import Listener
 from jobstream.settings import Settings
 from worker.attempt import AttemptResult, AttemptRunner
+from worker.completions import Completions
 from worker.providers.base import Provider
 from worker.providers.registry import build_providers, close_providers
 from worker.webhooks import WebhookSender
@@ -70,6 +71,7 @@ class Worker:
         self._idle = asyncio.Event()
         self._idle.set()
         self._next_reap_at = 0.0  # loop time of the next look for expired leases
+        self._completions: Completions | None = None  # the successes' writer, while running
         self._listener = Listener(
             self._url,
             {queries.CHANNEL_JOBS: self._on_runnable, queries.CHANNEL_CANCEL: self._on_cancel},
@@ -116,6 +118,11 @@ class Worker:
                 )
             listener = asyncio.create_task(self._listener.run(), name=f"listener:{self.worker_id}")
             listener.add_done_callback(self._on_listener_done)
+            self._completions = Completions(self._pool, self._clock)
+            writer = asyncio.create_task(
+                self._completions.run(), name=f"completions:{self.worker_id}"
+            )
+            writer.add_done_callback(self._on_writer_done)
             sender = WebhookSender(self._pool, self._settings, clock=self._clock, rng=self._rng)
             webhooks = asyncio.create_task(sender.run(), name=f"webhooks:{self.worker_id}")
             webhooks.add_done_callback(self._on_webhooks_done)
@@ -133,10 +140,12 @@ class Worker:
                 raise
             finally:
                 await self._drain(grace)
+                # After the drain: the settling attempts' successes go through the writer.
+                writer.cancel()
                 listener.cancel()
                 # An interrupted delivery stays claimed until its hold runs out, then is retried.
                 webhooks.cancel()
-                await asyncio.gather(listener, webhooks, return_exceptions=True)
+                await asyncio.gather(writer, listener, webhooks, return_exceptions=True)
                 if self._owns_pool:
                     await self._pool.close()
                 if self._owns_providers:
@@ -214,6 +223,7 @@ class Worker:
             clock=self._clock,
             rng=self._rng,
             claimed_at=claimed_at,
+            write_success=self._completions.accept if self._completions else None,
         )
         key = (held.job_id, held.attempt)
         task = asyncio.create_task(
@@ -287,6 +297,14 @@ class Worker:
         # The sender survives every failed round; ending on its own is a bug. Jobs still run
         # and their outbox rows wait for the next worker, so log it rather than stop.
         log.error("webhook_sender_died", exc_info=task.exception())
+
+    def _on_writer_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        # The writer survives every failed write; ending on its own is a bug, and attempts
+        # would wait for it until their leases ran out: stop rather than limp on.
+        log.error("completions_writer_died", exc_info=task.exception())
+        self.stop()
 
     def _on_listener_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():

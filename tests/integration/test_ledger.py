@@ -9,6 +9,7 @@ import asyncpg
 import pytest
 
 from jobstream import attempts, jobs
+from jobstream.attempts import Success
 from jobstream.clock import DatabaseClock
 from jobstream.errors import BudgetExceeded
 from jobstream.jobspec import JobSpec
@@ -53,7 +54,7 @@ async def test_success_charges_the_accepted_price_once_and_frees_the_reservation
         pool, providers=["simulated"], worker_id="w", lease_s=30, clock=CLOCK
     )
     assert held is not None
-    await attempts.succeed(pool, held, "text", Usage(3, 4, Decimal("0.2")), CLOCK)
+    await attempts.accept(pool, Success(held, "text", Usage(3, 4, Decimal("0.2"))), CLOCK)
     assert await tenant_money(pool) == (Decimal(0), Decimal("0.2"))
     charged = await pool.fetchval("SELECT charged_usd FROM jobs WHERE id = $1", held.job_id)
     assert charged == Decimal("0.2")

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from jobstream import attempts, db, migrations, queries
-from jobstream.attempts import Claimed
+from jobstream.attempts import Claimed, Success
 from jobstream.clock import DatabaseClock
 from jobstream.usage import Usage
 from tests.support.polling import eventually
@@ -72,7 +72,7 @@ async def test_racing_claims_never_run_more_than_the_limit(wide_pool: asyncpg.Po
         assert await running_attempts(wide_pool, "openai") == LIMIT
         # Finish some attempts, freeing their slots for the next race.
         for done in rng.sample(held, rng.randint(1, LIMIT)):
-            await attempts.succeed(wide_pool, done, "text", Usage(1, 1, Decimal(0)), CLOCK)
+            await attempts.accept(wide_pool, Success(done, "text", Usage(1, 1, Decimal(0))), CLOCK)
             held.remove(done)
     queued = await wide_pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'queued'")
     assert queued == 20 - claimed_total  # the rest wait their turn, queued

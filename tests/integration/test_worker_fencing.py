@@ -8,7 +8,7 @@ from decimal import Decimal
 import asyncpg
 
 from jobstream import attempts
-from jobstream.attempts import Claimed
+from jobstream.attempts import Claimed, Success
 from jobstream.clock import ManualClock
 from jobstream.errors import Fenced
 from jobstream.settings import Settings
@@ -64,7 +64,7 @@ async def test_every_write_with_a_stale_run_token_changes_nothing(pool: asyncpg.
     writes = {
         "renew": attempts.renew(pool, stale, LEASE_S, clock),
         "append_tokens": attempts.append_tokens(pool, stale, ["stale "]),
-        "succeed": attempts.succeed(pool, stale, "stale", usage, clock),
+        "succeed": attempts.accept(pool, Success(stale, "stale", usage), clock),
         "fail": attempts.fail(
             pool,
             stale,
@@ -89,7 +89,7 @@ async def test_every_write_with_a_stale_run_token_changes_nothing(pool: asyncpg.
     assert refused == list(writes)
     assert await state(pool, job_id) == before
     # The current attempt is unaffected and completes.
-    await attempts.succeed(pool, current, "0 1 ", usage, clock)
+    await attempts.accept(pool, Success(current, "0 1 ", usage), clock)
     assert (await job_row(pool, job_id))["status"] == "succeeded"
 
 

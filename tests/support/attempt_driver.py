@@ -10,7 +10,7 @@ from decimal import Decimal
 import asyncpg
 
 from jobstream import attempts
-from jobstream.attempts import Claimed
+from jobstream.attempts import Claimed, Success
 from jobstream.clock import DatabaseClock
 from jobstream.usage import Usage
 
@@ -31,7 +31,7 @@ async def tokens(pool: asyncpg.Pool, held: Claimed, texts: list[str]) -> int:
 
 async def succeed(pool: asyncpg.Pool, held: Claimed, text: str) -> None:
     usage = Usage(input_tokens=3, output_tokens=len(text.split()), cost_usd=Decimal("0.0001"))
-    await attempts.succeed(pool, held, text, usage, CLOCK)
+    await attempts.accept(pool, Success(held, text, usage), CLOCK)
 
 
 async def retry(pool: asyncpg.Pool, held: Claimed) -> None:

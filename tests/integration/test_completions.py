@@ -1,0 +1,95 @@
+"""A worker's successes written together (worker/completions.py): one statement for many
+attempts, each fenced on its own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from decimal import Decimal
+
+import asyncpg
+import pytest
+
+from jobstream import attempts, jobs
+from jobstream.attempts import Claimed, Success
+from jobstream.clock import DatabaseClock
+from jobstream.errors import Fenced
+from jobstream.jobspec import JobSpec
+from jobstream.usage import Usage
+from worker.completions import Completions
+
+CLOCK = DatabaseClock()
+USAGE = Usage(2, 3, Decimal("0.001"))
+
+
+@pytest.fixture
+async def completions(pool: asyncpg.Pool) -> AsyncIterator[Completions]:
+    writer = Completions(pool, CLOCK)
+    task = asyncio.create_task(writer.run(), name="completions-under-test")
+    yield writer
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def running(pool: asyncpg.Pool, count: int) -> list[Claimed]:
+    for i in range(count):
+        await jobs.create(pool, "default", JobSpec(prompt=f"p{i}", provider="simulated"), None)
+    return await attempts.claim_batch(
+        pool, providers=["simulated"], worker_id="w", lease_s=30, clock=CLOCK, max_jobs=count
+    )
+
+
+async def test_one_fenced_out_attempt_leaves_the_others_successes_whole(
+    pool: asyncpg.Pool, completions: Completions
+) -> None:
+    held = await running(pool, 4)
+    stale = held[1]
+    # Another attempt owns this job now (as after a lease expiry and a new claim).
+    await pool.execute("UPDATE jobs SET run_token = gen_random_uuid() WHERE id = $1", stale.job_id)
+    outcomes = await asyncio.gather(
+        *(completions.accept(Success(h, f"text {i}", USAGE, last_chunk="tail")) for i, h in
+          enumerate(held)),
+        return_exceptions=True,
+    )  # fmt: skip
+    assert isinstance(outcomes[1], Fenced)
+    assert [o for i, o in enumerate(outcomes) if i != 1] == [None, None, None]
+    for i, h in enumerate(held):
+        job = await pool.fetchrow(
+            "SELECT status, result, last_seq FROM jobs WHERE id = $1", h.job_id
+        )
+        assert job is not None
+        if h is stale:
+            assert job["status"] == "running" and job["result"] is None
+            continue
+        assert job["status"] == "succeeded" and job["result"]["text"] == f"text {i}"
+        log = await pool.fetch(
+            "SELECT seq, type, data FROM job_events WHERE job_id = $1 ORDER BY seq", h.job_id
+        )
+        # Gap-free, and the last chunk, usage and done in that order at the end.
+        assert [r["seq"] for r in log] == list(range(1, job["last_seq"] + 1))
+        assert [r["type"] for r in log[-3:]] == ["token", "usage", "done"]
+        assert log[-3]["data"] == {"text": "tail"}
+    money = await pool.fetchrow("SELECT reserved_usd, spent_usd FROM tenant_balances")
+    assert money is not None and money["spent_usd"] == Decimal("0.003")
+    outcomes_of_attempts = await pool.fetch(
+        "SELECT outcome, count(*) FROM job_attempts GROUP BY 1 ORDER BY 1"
+    )
+    assert [tuple(r) for r in outcomes_of_attempts] == [("running", 1), ("succeeded", 3)]
+
+
+async def test_a_success_the_database_refuses_fails_alone(
+    pool: asyncpg.Pool, completions: Completions
+) -> None:
+    held = await running(pool, 3)
+    # jsonb refuses U+0000: that one statement fails, and the other two must still land.
+    texts = ["fine", "bad \x00", "also fine"]
+    outcomes = await asyncio.gather(
+        *(completions.accept(Success(h, t, USAGE)) for h, t in zip(held, texts, strict=True)),
+        return_exceptions=True,
+    )
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], asyncpg.PostgresError)
+    statuses = [
+        await pool.fetchval("SELECT status FROM jobs WHERE id = $1", h.job_id) for h in held
+    ]
+    assert statuses == ["succeeded", "running", "succeeded"]
