@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -41,6 +41,10 @@ class NewJob:
     spec: JobSpec
     idempotency_key: str | None = None
     reserved_usd: Decimal = Decimal(0)
+    request_hash: str = field(init=False)  # same key + same hash = the same job
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "request_hash", self.spec.request_hash())
 
 
 # Why an item of a create was refused. Returned, not raised, by create_many: in a batch, a
@@ -113,7 +117,7 @@ def _columns(ids: Sequence[uuid.UUID], tenant_id: str, items: Sequence[NewJob]) 
         list(ids),
         tenant_id,
         [item.idempotency_key for item in items],
-        [spec.request_hash() for spec in specs],
+        [item.request_hash for item in items],
         [spec.provider for spec in specs],
         [spec.priority for spec in specs],
         [spec.payload() for spec in specs],
@@ -205,7 +209,7 @@ def _outcome(
         # Only a key can make an insert do nothing, and the row behind a key is never deleted
         # while it could be asked for again.
         raise JobstreamError(f"job for Idempotency-Key {key!r} vanished")
-    if found["request_hash"] != item.spec.request_hash():
+    if found["request_hash"] != item.request_hash:
         return IdempotencyConflict(
             f"Idempotency-Key {key!r} was used with a different request body"
         )

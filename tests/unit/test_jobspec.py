@@ -1,0 +1,29 @@
+"""The request hash is stored with every job: it must not move when JobSpec gains fields."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict
+from datetime import UTC, datetime
+
+import orjson
+
+from jobstream.jobspec import JobSpec
+
+
+def version_1_hash(spec: JobSpec) -> str:
+    """How version 1 hashed a request: every field it had, keys sorted."""
+    fields = {k: v for k, v in asdict(spec).items() if k not in ("run_at", "delay_s")}
+    return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def test_a_request_made_before_the_upgrade_still_matches_its_job() -> None:
+    spec = JobSpec(prompt="p", provider="simulated", metadata={"a": {"b": [1]}}, simulate={"x": 1})
+    assert spec.request_hash() == version_1_hash(spec)
+
+
+def test_the_new_fields_count_when_set() -> None:
+    plain = JobSpec(prompt="p", provider="simulated")
+    later = JobSpec(prompt="p", provider="simulated", run_at=datetime(2030, 1, 1, tzinfo=UTC))
+    delayed = JobSpec(prompt="p", provider="simulated", delay_s=5.0)
+    assert len({plain.request_hash(), later.request_hash(), delayed.request_hash()}) == 3
