@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit integration e2e install clean bench browser
+.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ e2e: $(STAMP) browser
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+## jobstream's queue against PgQueuer 1.6.0, side by side (about 20 minutes; BENCH_ARGS=--quick
+## for a smoke run). Installs the `bench` extra into the venv first.
+bench-queue: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	$(BIN)/python -m bench.queue_side_by_side $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
