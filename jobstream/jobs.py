@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -60,10 +60,15 @@ async def create(
     *,
     reserved_usd: Decimal = Decimal(0),
     clock: Clock | None = None,
+    announce: Callable[[Iterable[str]], None] | None = None,
 ) -> Created:
     """Create one job, or return the job its idempotency key already made; raises a Refusal."""
     [outcome] = await create_many(
-        pool, tenant_id, [NewJob(spec, idempotency_key, reserved_usd)], clock=clock
+        pool,
+        tenant_id,
+        [NewJob(spec, idempotency_key, reserved_usd)],
+        clock=clock,
+        announce=announce,
     )
     if isinstance(outcome, Created):
         return outcome
@@ -76,11 +81,14 @@ async def create_many(
     items: Sequence[NewJob],
     *,
     clock: Clock | None = None,
+    announce: Callable[[Iterable[str]], None] | None = None,
 ) -> list[Created | Refusal]:
     """Create jobs in one statement (INSERT_JOBS); the answers come in the order of `items`.
 
     A tenant without a budget or a create rate takes no lock: the creates of one tenant run side
     by side. A tenant with either has its row locked while its checks count, item by item.
+    `announce` is told the providers of the jobs made, to wake workers (a server coalesces these
+    notices); without it, this call sends the NOTIFY itself once the jobs are committed.
     """
     now = clock.now() if clock is not None else None
     ids = [uuid.uuid4() for _ in items]
@@ -105,6 +113,12 @@ async def create_many(
                 queries.SELECT_JOBS_BY_KEYS, tenant_id, taken)}
             if taken else {}
         )  # fmt: skip
+    providers = {row["provider"] for row in inserted.values()}
+    if providers:
+        if announce is not None:
+            announce(providers)
+        else:
+            await pool.execute(queries.NOTIFY_RUNNABLE, sorted(providers))
     return [
         _outcome(item, ids[i], inserted, refused.get(i), existing) for i, item in enumerate(items)
     ]
@@ -217,9 +231,9 @@ def _outcome(
 
 
 def _job(row: asyncpg.Record) -> Job:
-    # INSERT_JOBS returns its own columns (`go`, `notified`) beside the job's.
+    # INSERT_JOBS returns its own column (`go`) beside the job's.
     job = dict(row)
-    del job["go"], job["notified"]
+    del job["go"]
     return job
 
 

@@ -96,12 +96,12 @@ SELECT coalesce(string_agg(data->>'text', '' ORDER BY seq), '')
 
 # --- jobs, as the API sees them ---
 
-# Create jobs, one or a batch, in one statement: the rows, their `queued` events, their
-# reservations on the tenant's ledger and one NOTIFY per provider. Arrays $1, $3..$13 hold one
-# element per job, in request order. A tenant with a budget or a create rate needs its row
-# locked first (TENANT_FOR_CREATE): with $15 true the statement inserts nothing for such a
-# tenant and says so (`go` false), so that the caller takes the locked path; for every other
-# tenant, creates take no lock but the key's.
+# Create jobs, one or a batch, in one statement: the rows, their `queued` events and their
+# reservations on the tenant's ledger (the workers' wake-up is NOTIFY_RUNNABLE, sent after).
+# Arrays $1, $3..$13 hold one element per job, in request order. A tenant with a budget or a
+# create rate needs its row locked first (TENANT_FOR_CREATE): with $15 true the statement
+# inserts nothing for such a tenant and says so (`go` false), so that the caller takes the
+# locked path; for every other tenant, creates take no lock but the key's.
 # - ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit, so twenty
 #   simultaneous duplicates make one row; the losers are then read with SELECT_JOBS_BY_KEYS.
 #   Two items of one batch with the same key make one row too.
@@ -144,14 +144,17 @@ WITH tenant AS (
      ORDER BY 2
     ON CONFLICT (tenant_id, shard) DO UPDATE
        SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
-), notified AS (
-    SELECT count(pg_notify('{channel}', provider)) AS n
-      FROM (SELECT DISTINCT provider FROM inserted) p
 )
-SELECT t.go, (SELECT n FROM notified) AS notified, i.*
+SELECT t.go, i.*
   FROM tenant t
   LEFT JOIN inserted i ON true
-""".replace("{channel}", CHANNEL_JOBS)
+"""
+
+# Workers wake for new runnable jobs of these providers. Sent on its own, never by the creating
+# transaction: NOTIFY takes a cluster-wide lock from commit until the commit is durable, so a
+# NOTIFY in every create serialised all creates (32 clients: about 700 commits/s with it, 1,500
+# without). The server coalesces these (server/runnable_notices.py).
+NOTIFY_RUNNABLE = f"SELECT pg_notify('{CHANNEL_JOBS}', p) FROM unnest($1::text[]) AS p"
 
 # The jobs behind idempotency keys that an insert found taken.
 SELECT_JOBS_BY_KEYS = """
@@ -285,8 +288,10 @@ RETURNING provider
 #   priority, so that one tenant's many queues do not crowd out another's one.
 # - Tenants take turns: each tenant's best queue before anyone's second, then the tenant with
 #   fewer running jobs, then the one served longest ago (`last_claimed_at`), then the oldest.
-#   At most $8 queues take part. Each offers what the batch could hold if every other queue gave
-#   one job ($8 - queues + 1): the batch fills while rows locked and not taken stay few.
+#   At most $8 + 4 queues take part: the 4 spare ones fill the batch when the first ones' heads
+#   are all locked by other claims in flight (SKIP LOCKED passes over them). Each offers what the
+#   batch could hold if every other queue gave one job (at least one): the batch fills while rows
+#   locked and not taken stay few.
 # - `candidates`: from each chosen queue, its oldest runnable jobs, FOR UPDATE SKIP LOCKED so
 #   that any number of workers claim at once without waiting for each other.
 # - `chosen`: interleave tenants (a tenant's first job, then every tenant's second...), cap each
@@ -358,7 +363,7 @@ WITH RECURSIVE queues AS (
       FROM (SELECT *
               FROM open
              ORDER BY tenant_turn, running, last_claimed_at NULLS FIRST, head_after
-             LIMIT $8) o
+             LIMIT $8 + 4) o
 ), candidates AS (
     SELECT c.id, c.previous_error, c.run_after, q.tenant_id, q.provider, q.priority, q.room,
            q.running, q.last_claimed_at, q.provider_room
@@ -370,7 +375,7 @@ WITH RECURSIVE queues AS (
               AND j.provider = q.provider AND j.priority = q.priority
               AND j.run_after <= coalesce($4::timestamptz, statement_timestamp())
             ORDER BY j.run_after, j.created_at
-            LIMIT least(q.room, q.provider_room, $8 - q.n_queues + 1)
+            LIMIT least(q.room, q.provider_room, greatest(1, $8 - q.n_queues + 1))
               FOR UPDATE SKIP LOCKED) c
 ), ranked AS (
     SELECT c.*, row_number() OVER (PARTITION BY c.tenant_id

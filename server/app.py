@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -25,6 +26,7 @@ from server import (
     problems,
 )
 from server.hub import Hub
+from server.runnable_notices import RunnableNotices
 from server.shutdown import Shutdown
 from server.state import AppState
 from server.stream_tokens import StreamTokens
@@ -68,6 +70,10 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
             cleanup.callback(shutdown.begin)
             await hub.start()
             shutdown.on_begin(hub.drain)
+            notices = RunnableNotices(pool)
+            notifier = asyncio.create_task(notices.run(), name="runnable-notices")
+            notifier.add_done_callback(_on_notifier_done)
+            cleanup.push_async_callback(_cancel, notifier)
             app.state.js = AppState(
                 settings=settings,
                 clock=clock or DatabaseClock(),
@@ -75,6 +81,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
                 hub=hub,
                 tokens=tokens,
                 providers=providers,
+                notices=notices,
             )
             log.info("server_ready")
             yield
@@ -105,3 +112,16 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
     )
     app.state.shutdown = shutdown  # found by server.shutdown.DrainingServer
     return app
+
+
+def _on_notifier_done(task: asyncio.Task[None]) -> None:
+    if task.cancelled():
+        return
+    # It survives every failed NOTIFY; ending on its own is a bug. Workers still find new jobs
+    # by polling, so the server keeps serving.
+    log.error("runnable_notices_died", exc_info=task.exception())
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

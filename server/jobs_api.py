@@ -87,8 +87,9 @@ async def create_job(request: Request) -> Response:
     spec = validation.job_spec(body, default_provider=app.settings.default_provider)
     try:
         outcome = await jobs.create(
-            app.pool, tenant, spec, key, reserved_usd=reservation(request, spec), clock=app.clock
-        )
+            app.pool, tenant, spec, key, reserved_usd=reservation(request, spec), clock=app.clock,
+            announce=app.notices.announce,
+        )  # fmt: skip
     except (IdempotencyConflict, BudgetExceeded, RateLimited) as exc:
         raise refusal_problem(exc) from exc
     payload = representation.created(outcome.job, app.tokens)

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from jobstream.clock import Clock
 from jobstream.settings import Settings
 from server.hub import Hub
+from server.runnable_notices import RunnableNotices
 from server.stream_tokens import StreamTokens
 from worker.providers.base import Provider
 
@@ -23,6 +24,7 @@ class AppState:
     tokens: StreamTokens
     # Providers price a job's reservation at create time; the server never calls them.
     providers: dict[str, Provider]
+    notices: RunnableNotices  # wakes workers for new jobs, outside the creating transactions
     open_streams: int = 0  # SSE responses in progress in this process
 
 

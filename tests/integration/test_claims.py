@@ -170,3 +170,20 @@ async def test_the_claim_reads_as_much_with_20000_jobs_queued_as_with_200(
     await pool.execute("VACUUM ANALYZE jobs")
     large = await claim_buffers(pool)
     assert large < 1.5 * small + 10, (small, large)
+
+
+async def test_a_claim_passes_over_a_queue_whose_jobs_claims_in_flight_hold(
+    wide_pool: asyncpg.Pool,
+) -> None:
+    # Regression: a claim of one job looked at one queue only; when another claim in flight
+    # held that queue's rows (to roll back later, its tenant being full), this claim found
+    # nothing though the other tenant had work, and a racing round left slots empty.
+    await add_tenant(wide_pool, "other")
+    await enqueue(wide_pool, "default", 2)
+    await enqueue(wide_pool, "other", 1)
+    async with wide_pool.acquire() as holder, holder.transaction():
+        await holder.execute(
+            "SELECT id FROM jobs WHERE tenant_id = 'default' FOR UPDATE"
+        )  # a claim in flight
+        [held] = await claim(wide_pool, 1)
+    assert held.tenant_id == "other"
