@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 import httpx
 
+from bench import http_load
 from bench import queue_common as common
 from bench.queue_common import Drained, Enqueued, Latency, Snapshot, Steady
 from jobstream import attempts, db, jobs, migrations, queries
@@ -289,12 +290,12 @@ async def enqueue_http(
     figures: dict[str, Enqueued | None] = {}
     async with _server(url) as base:
         for n in (1, callers):
-            clients = [httpx.AsyncClient(base_url=base, timeout=60) for _ in range(n)]
+            connections = [await http_load.Connection.open(base) for _ in range(n)]
             try:
-                figures[f"http x{n}"] = await _post_each(clients, requests)
+                figures[f"http x{n}"] = await _post_each(connections, requests)
             finally:
-                for client in clients:
-                    await client.aclose()
+                for connection in connections:
+                    await connection.close()
         figures["http batch"] = None
         if batch_api:
             async with httpx.AsyncClient(base_url=base, timeout=120) as client:
@@ -304,18 +305,18 @@ async def enqueue_http(
     return figures
 
 
-async def _post_each(clients: list[httpx.AsyncClient], requests: int) -> Enqueued:
-    """`requests` POSTs in all, each client sending its share one after another."""
+async def _post_each(connections: list[http_load.Connection], requests: int) -> Enqueued:
+    """`requests` POSTs in all, each connection sending its share one after another."""
     return await common.timed_calls(
-        lambda caller: _post_one(clients[caller]), callers=len(clients), calls=requests
+        lambda caller: _post_one(connections[caller]), callers=len(connections), calls=requests
     )
 
 
-async def _post_one(client: httpx.AsyncClient) -> int:
+async def _post_one(connection: http_load.Connection) -> int:
     headers = {"Idempotency-Key": f"bench-{uuid.uuid4()}"}
-    response = await client.post("/api/jobs", json=BODY, headers=headers)
-    if response.status_code != 202:
-        raise RuntimeError(f"POST /api/jobs: {response.status_code} {response.text[:300]}")
+    status, body = await connection.post_json("/api/jobs", BODY, headers)
+    if status != 202:
+        raise RuntimeError(f"POST /api/jobs: {status} {body[:300]!r}")
     return 1
 
 

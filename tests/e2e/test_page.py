@@ -284,7 +284,7 @@ async def test_cancel_running_job_ends_cancelled(page: Page, stack: Stack) -> No
 async def test_a_delayed_job_says_when_it_starts(page: Page) -> None:
     await open_page(page, "/")
     await page.get_by_label("Prompt").fill("later, please")
-    await page.get_by_label("Start after (s, blank = now)").fill("3600")
+    await page.get_by_label("Delay start (s, blank = now)").fill("3600")
     await page.get_by_role("button", name="Start job").click()
     await page.wait_for_url("**/jobs/*")
     await expect(page.get_by_test_id("status")).to_have_text("queued")
