@@ -206,7 +206,8 @@ def idempotency_key(raw: str | None, *, required: bool) -> str | None:
                 "This server requires an Idempotency-Key header on job creation.",
             )  # fmt: skip
         return None
-    if not 1 <= len(raw) <= 255 or not all("!" <= ch <= "~" for ch in raw):
+    # Visible ASCII is "!" to "~": printable ASCII but the space.
+    if not 1 <= len(raw) <= 255 or not (raw.isascii() and raw.isprintable()) or " " in raw:
         raise Problem(
             400,
             "invalid-idempotency-key",

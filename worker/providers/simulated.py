@@ -61,12 +61,7 @@ class Simulation:
         faults = raw.get("faults", [])
         if not isinstance(faults, list):
             raise InvalidSimulation("simulate.faults must be a list")
-        try:
-            cost = Decimal(str(raw.get("cost_per_token", DEFAULT_COST_PER_TOKEN)))
-        except InvalidOperation as exc:
-            raise InvalidSimulation("simulate.cost_per_token must be a number") from exc
-        if not cost.is_finite() or cost < 0:
-            raise InvalidSimulation("simulate.cost_per_token must be a non-negative number")
+        cost = _cost_per_token(raw)
         return cls(
             tokens_per_second=_number(raw, "tokens_per_second", 40.0, float),
             tokens=tokens,
@@ -195,8 +190,19 @@ class SimulatedProvider:
         await (self._sleep(seconds) if seconds > 0 else asyncio.sleep(0))
 
     def estimate_cost(self, request: ProviderRequest, output_tokens: int) -> Decimal:
+        # Only the price: the server prices every job it creates, a thousand in a batch.
         try:
-            price = Simulation.parse(request.simulate, request.max_tokens).cost_per_token
+            price = _cost_per_token(request.simulate)
         except InvalidSimulation:
             price = DEFAULT_COST_PER_TOKEN
         return price * output_tokens
+
+
+def _cost_per_token(raw: Mapping[str, Any]) -> Decimal:
+    try:
+        cost = Decimal(str(raw.get("cost_per_token", DEFAULT_COST_PER_TOKEN)))
+    except InvalidOperation as exc:
+        raise InvalidSimulation("simulate.cost_per_token must be a number") from exc
+    if not cost.is_finite() or cost < 0:
+        raise InvalidSimulation("simulate.cost_per_token must be a non-negative number")
+    return cost
