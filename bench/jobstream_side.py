@@ -177,9 +177,7 @@ async def drain(
         await conn.execute(
             "UPDATE provider_state SET paused_until = NULL WHERE provider = $1", PROVIDER
         )
-        notify = getattr(queries, "NOTIFY_RUNNABLE", None)
-        if notify is not None:
-            await conn.execute(notify, PROVIDER)
+        await conn.execute(queries.NOTIFY_RUNNABLE, [PROVIDER])
 
         async def unfinished() -> int:
             left: int = await conn.fetchval(UNFINISHED)
@@ -292,6 +290,10 @@ async def enqueue_http(
         for n in (1, callers):
             connections = [await http_load.Connection.open(base) for _ in range(n)]
             try:
+                # Untimed: the server's pool grows to `n` connections and each prepares its
+                # statements, as a server in service already has (PgQueuer's side starts with
+                # its connections open too).
+                await _post_each(connections, 4 * n)
                 figures[f"http x{n}"] = await _post_each(connections, requests)
             finally:
                 for connection in connections:
