@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import logging
 import re
+from urllib.parse import unquote_plus
 
-_TOKEN = re.compile(r"(?<=[?&]token=)[^&\s\"]+")
+# A query parameter: its name as sent (maybe percent-encoded) and its value.
+_PARAM = re.compile(r"(?<=[?&])([^=&\s\"]*)=([^&\s\"]*)")
 ACCESS_LOGGER = "uvicorn.access"
 
 
 def redact(text: str) -> str:
-    return _TOKEN.sub("[redacted]", text)
+    """Mask every parameter whose name *decodes* to `token`: the server reads `%74oken=` as
+    `token=` too, so a match on the raw text alone let such a token into the log."""
+
+    def mask(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return f"{name}=[redacted]" if unquote_plus(name) == "token" else match.group(0)
+
+    return _PARAM.sub(mask, text)
 
 
 class RedactTokens(logging.Filter):

@@ -17,6 +17,7 @@ from starlette.types import Receive, Scope, Send
 from jobstream import queries, sse
 from jobstream.events import Event
 from jobstream.types import TERMINAL_STATUSES
+from server import validation
 from server.auth import tenant_id
 from server.event_stream import EventStream
 from server.jobs_api import job_id_param
@@ -87,12 +88,13 @@ def _query_cursor(request: Request) -> int:
 
 
 def _cursor(raw: str, name: str) -> int:
-    if not raw.isascii() or not raw.isdigit() or int(raw) > MAX_SEQ:
+    seq = validation.ascii_int(raw, max_digits=len(str(MAX_SEQ)))
+    if seq is None or seq > MAX_SEQ:
         raise Problem(
             400, "invalid-cursor", "Invalid cursor",
             f"{name} must be an event seq (a non-negative integer), not {raw[:40]!r}.",
         )  # fmt: skip
-    return int(raw)
+    return seq
 
 
 def _wait(request: Request) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import math
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import structlog
@@ -29,8 +29,12 @@ log = structlog.get_logger(__name__)
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, refusing more than `limit` bytes without reading them all into memory."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
+    if declared is not None:
+        size = validation.ascii_int(declared, max_digits=19)
+        if size is None:
+            raise Problem(400, "invalid-length", "Invalid Content-Length", "Not a byte count.")
+        if size > limit:
+            raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -50,11 +54,13 @@ def job_id_param(request: Request) -> uuid.UUID:
     try:
         return uuid.UUID(raw)
     except ValueError:
-        raise not_found(f"No job {raw!r}.") from None
+        # Never the whole segment: it is the client's text, of any length.
+        raise not_found(f"No job {raw[:40]!r}.") from None
 
 
 def require_json(request: Request) -> None:
-    content_type = request.headers.get("content-type", "")
+    # Media types are case-insensitive (RFC 9110 §8.3.1): APPLICATION/JSON is JSON.
+    content_type = request.headers.get("content-type", "").lower()
     if content_type and not content_type.split(";")[0].strip().endswith(("/json", "+json")):
         raise Problem(
             415, "unsupported-media-type", "Unsupported media type",
@@ -142,8 +148,10 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         created_at, job_id = raw.split("|")
-        return datetime.fromisoformat(created_at), uuid.UUID(job_id)
-    except ValueError as exc:
+        # In UTC here: an offset can carry year 1 or 9999 past what a timestamp holds (the
+        # driver's OverflowError was a 500).
+        return datetime.fromisoformat(created_at).astimezone(UTC), uuid.UUID(job_id)
+    except (ValueError, OverflowError) as exc:
         raise Problem(400, "invalid-cursor", "Invalid cursor", "Use next_cursor as given.") from exc
 
 
@@ -156,10 +164,9 @@ async def list_jobs(request: Request) -> Response:
             400, "invalid-status", "Invalid status filter",
             f"status must be one of {', '.join(JOB_STATUSES)}.",
         )  # fmt: skip
-    raw_limit = request.query_params.get("limit", "20")
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 100:
+    limit = validation.ascii_int(request.query_params.get("limit", "20"), max_digits=3)
+    if limit is None or not 1 <= limit <= 100:
         raise Problem(400, "invalid-limit", "Invalid limit", "limit must be 1 to 100.")
-    limit = int(raw_limit)
     cursor = request.query_params.get("cursor")
     before = _decode_cursor(cursor) if cursor else None
     rows = await jobs.list_jobs(app.pool, tenant, status=status, before=before, limit=limit + 1)
@@ -197,6 +204,8 @@ async def retry_job(request: Request) -> Response:
         snap = await jobs.snapshot(app.pool, tenant, job_id)
     except JobNotFound:
         raise not_found(f"No job {job_id}.") from None
+    except (BudgetExceeded, RateLimited) as exc:
+        raise refusal_problem(exc) from exc
     if not retried:
         raise Problem(
             409, "not-dead", "Only dead jobs can be retried",

@@ -28,6 +28,10 @@ class StreamTokens:
         return f"{expires}.{self._sign(job_id, expires)}"
 
     def valid(self, job_id: str, token: str) -> bool:
+        # ASCII only: '²'.isdigit() is true but int() refuses it, and compare_digest refuses
+        # non-ASCII str; both were 500s for anyone holding a URL.
+        if not token.isascii():
+            return False
         expires, _, signature = token.partition(".")
         if not expires.isdigit() or len(expires) > 12:
             return False

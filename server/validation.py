@@ -13,6 +13,9 @@ from server.problems import Problem
 PROVIDERS = ("simulated", "openai")
 METADATA_MAX_BYTES = 4096
 MAX_DELAY_S = 366 * 86_400  # a delayed job waits at most about a year
+# jsonb refuses U+0000 in any string; orjson reads 1,024 levels of nesting but writes only 254.
+NUL_MESSAGE = "must not contain U+0000 (NUL): PostgreSQL cannot store it"
+MAX_DEPTH = 64
 FAULT_KINDS = ("transient", "rate_limited", "permanent", "timeout", "drop")
 
 
@@ -36,6 +39,9 @@ class _Fields:
             return None
         if not isinstance(value, str):
             self.error(name, "must be a string")
+            return default
+        if "\x00" in value:
+            self.error(name, NUL_MESSAGE)
             return default
         if not lo <= len(value) <= hi:
             self.error(name, f"must be {lo} to {hi:,} characters long")
@@ -74,7 +80,41 @@ class _Fields:
         if not isinstance(value, dict):
             self.error(name, "must be an object")
             return {}
+        problem = _storable(value, MAX_DEPTH)
+        if problem is not None:
+            self.error(name, problem)
+            return {}
         return value
+
+
+def _storable(value: object, depth: int) -> str | None:
+    """Why PostgreSQL's jsonb (or orjson, writing it) would refuse `value`, or None."""
+    if depth < 0:
+        return f"must be nested at most {MAX_DEPTH} levels deep"
+    if isinstance(value, str):
+        return NUL_MESSAGE if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = _storable(key, depth) or _storable(item, depth - 1)
+            if problem is not None:
+                return problem
+    elif isinstance(value, list):
+        for item in value:
+            problem = _storable(item, depth - 1)
+            if problem is not None:
+                return problem
+    return None
+
+
+def ascii_int(raw: str, *, max_digits: int) -> int | None:
+    """`raw` as a non-negative integer of at most `max_digits` ASCII digits, else None.
+
+    str.isdigit() accepts '²' and other Unicode digits that int() refuses, and int() refuses
+    more than 4,300 digits: both were 500s from a query parameter or a header.
+    """
+    if not 1 <= len(raw) <= max_digits or not raw.isascii() or not raw.isdigit():
+        return None
+    return int(raw)
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
