@@ -407,7 +407,9 @@ async def reap_expired(pool: asyncpg.Pool, clock: Clock, batch: int = 50) -> int
     """
     async with pool.acquire() as conn, conn.transaction():
         rows = await conn.fetch(queries.SELECT_EXPIRED, clock.now(), batch)
-        for job in rows:
+        # Regression: two reapers whose batches met the same tenants in opposite orders
+        # deadlocked, and one of them claimed nothing that round (queries.SELECT_EXPIRED).
+        for job in sorted(rows, key=lambda row: (row["tenant_id"], row["ledger_shard"])):
             job_id, attempt = job["id"], job["attempts"]
             await conn.execute(queries.MARK_ATTEMPT_LOST, job_id, attempt, clock.now())
             lost = {"class": "lost", "message": "the worker stopped renewing its lease"}

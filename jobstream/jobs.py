@@ -304,12 +304,21 @@ async def cancel(
 
 
 async def retry_dead(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID, clock: Clock) -> bool:
-    """Queue a `dead` job again with a fresh set of attempts. False when it is not dead."""
+    """Queue a `dead` job again with a fresh set of attempts. False when it is not dead.
+
+    A retry holds the job's estimate again, so it passes the tenant's budget and create rate as
+    a create does (BudgetExceeded, RateLimited): with the tenant's own key, a retry was a way
+    past both. Locks the job's row, then the tenant's, the order every writer keeps.
+    """
+    now = clock.now()
     async with pool.acquire() as conn, conn.transaction():
         job = await conn.fetchrow(queries.SELECT_JOB_FOR_UPDATE, job_id, tenant_id)
         if job is None:
             raise JobNotFound(str(job_id))
-        row = await conn.fetchrow(queries.RETRY_DEAD, job_id, clock.now())
+        if job["status"] != "dead":
+            return False
+        await _check_limits(conn, tenant_id, job["estimate_usd"], now)
+        row = await conn.fetchrow(queries.RETRY_DEAD, job_id, now)
         if row is None:
             return False
         await ledger.reserve_again(conn, job_id)
@@ -321,6 +330,28 @@ async def retry_dead(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID, cloc
             run_token=None,
         )
         return True
+
+
+async def _check_limits(conn: Conn, tenant_id: str, amount: Decimal, now: datetime | None) -> None:
+    """Raise if the tenant's budget cannot hold `amount` or its create rate is used up."""
+    tenant = await conn.fetchrow(queries.TENANT_FOR_CREATE, tenant_id)
+    assert tenant is not None  # its job exists
+    per_min = tenant["create_rate_per_min"]
+    if per_min is not None:
+        window = await conn.fetchrow(queries.TENANT_RECENT_CREATES, tenant_id, now)
+        assert window is not None
+        if window["recent"] >= per_min:
+            raise RateLimited(
+                f"at most {per_min} jobs a minute may be created",
+                retry_after_s=max(1.0, window["frees_in_s"]),
+            )
+    if tenant["budget_usd"] is not None:
+        left: Decimal = await conn.fetchval(queries.TENANT_BUDGET_LEFT, tenant_id)
+        if amount > left:
+            raise BudgetExceeded(
+                f"the job may cost up to ${amount:.6f}; ${max(left, Decimal(0)):.6f} of budget"
+                " is left"
+            )
 
 
 @dataclass(frozen=True)

@@ -568,8 +568,10 @@ UPDATE job_attempts
 """.format(now=NOW.format("$11"))
 
 # Leases that ran out: their worker died or lost the database. Locked one batch at a time.
+# `ledger_shard`: the reaper settles its batch in (tenant, shard) order, the order every writer
+# of tenant_ledger keeps, so that two reapers never wait on each other's shards in a cycle.
 SELECT_EXPIRED = """
-SELECT *
+SELECT *, get_byte(uuid_send(id), 15) % 16 AS ledger_shard
   FROM jobs
  WHERE status IN ('running', 'cancelling') AND lease_until < {now}
  ORDER BY lease_until

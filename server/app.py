@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -107,6 +108,8 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
         exception_handlers={
             problems.Problem: problems.handle_problem,
             HTTPException: problems.handle_http_exception,
+            ClientDisconnect: problems.handle_client_gone,
+            **{kind: problems.handle_database_lost for kind in problems.DATABASE_LOST},
             Exception: problems.handle_unexpected,
         },
     )

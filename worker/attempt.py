@@ -199,6 +199,11 @@ class AttemptRunner:
                 async for item in stream:
                     if isinstance(item, Usage):
                         self._usage = item
+                    elif "\x00" in item.text:
+                        # PostgreSQL's jsonb cannot hold U+0000: every flush of this text failed
+                        # and the job was retried to death, paying the provider each time.
+                        # Replaced once, here, so that the log and the result agree.
+                        self._inbox.put_nowait(TextDelta(item.text.replace("\x00", "\ufffd")))
                     else:
                         self._inbox.put_nowait(item)
         except ProviderError as exc:

@@ -9,8 +9,11 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+import structlog
+import structlog.testing
 
 from jobstream import jobs
+from tests.support.polling import eventually
 
 PROBLEM = "application/problem+json"
 
@@ -202,17 +205,50 @@ async def test_unknown_route_and_method_are_problems(client: httpx.AsyncClient) 
     [(asyncpg.ConnectionDoesNotExistError("connection lost"), 503), (KeyError("bug"), 500)],
 )
 async def test_an_unexpected_error_is_a_problem_not_plain_text(
-    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, error: Exception, status: int
+    client: httpx.AsyncClient,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    error: Exception,
+    status: int,
 ) -> None:
     async def failing(*args: object) -> object:
         raise error
 
     monkeypatch.setattr(jobs, "snapshot", failing)
-    response = await client.get(f"/api/jobs/{uuid.uuid4()}")
+    with caplog.at_level("INFO"):
+        response = await client.get(f"/api/jobs/{uuid.uuid4()}")
     assert response.status_code == status
     assert response.headers["content-type"] == PROBLEM
     assert response.json()["status"] == status
     assert "bug" not in response.text  # nothing of the exception reaches the client
+    tracebacks = [r for r in caplog.records if r.exc_info is not None]
+    # Regression: a lost database logged "Exception in ASGI application" and a traceback per
+    # request; it is an expected outage, one line. A bug still gets its traceback.
+    assert len(tracebacks) == (0 if status == 503 else 1)
+
+
+async def test_a_client_that_hangs_up_mid_body_costs_one_line_and_no_job(
+    base_url: str, pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Regression: each one logged a ~3 KB ClientDisconnect traceback.
+    host, port = base_url.removeprefix("http://").split(":")
+    with caplog.at_level("INFO"), structlog.testing.capture_logs() as lines:
+        _, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n" + b'{"prompt": "half'
+        )
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+        async def logged() -> bool:
+            return any(line["event"] == "client_disconnected" for line in lines)
+
+        await eventually(logged, bool, what="the hang-up is logged")
+    assert not [r for r in caplog.records if r.exc_info is not None]
+    assert not [line for line in lines if "exc_info" in line]
+    assert await job_count(pool) == 0
 
 
 async def test_list_is_newest_first_with_cursor_pages(client: httpx.AsyncClient) -> None:
@@ -284,6 +320,32 @@ async def test_retry_requeues_only_dead_jobs(client: httpx.AsyncClient, pool: as
     row = await pool.fetchrow("SELECT attempts, uncounted_attempts FROM jobs WHERE id = $1", job_id)
     assert row is not None
     assert row["attempts"] - row["uncounted_attempts"] == 0  # a fresh set of attempts
+
+
+async def test_a_retry_passes_the_budget_and_the_rate_as_a_create_does(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    # Regression: the tenant's own key could retry a dead job past its budget (five 202s on a
+    # $0.0001 budget, each holding the estimate again) and past its create rate.
+    job = (await client.post("/api/jobs", json=body(max_tokens=100))).json()
+    job_id = uuid.UUID(job["id"])
+    # Dead, its reservation released, as a job whose attempts ran out.
+    await pool.execute(
+        "UPDATE jobs SET status = 'dead', attempts = 3, reserved_usd = 0 WHERE id = $1", job_id
+    )
+    await pool.execute("UPDATE tenant_ledger SET reserved_usd = 0")
+    await pool.execute("UPDATE tenants SET budget_usd = 0.0001")  # less than the 0.0002 estimate
+    refused = await client.post(f"/api/jobs/{job['id']}/retry")
+    assert refused.status_code == 402
+    assert refused.json()["type"] == "/problems/budget-exhausted"
+    await pool.execute("UPDATE tenants SET budget_usd = NULL, create_rate_per_min = 1")
+    limited = await client.post(f"/api/jobs/{job['id']}/retry")
+    assert limited.status_code == 429 and "retry-after" in limited.headers
+    assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", job_id) == "dead"
+    assert await pool.fetchval("SELECT reserved_usd FROM tenant_balances") == 0
+    await pool.execute("UPDATE tenants SET create_rate_per_min = NULL, budget_usd = 1")
+    assert (await client.post(f"/api/jobs/{job['id']}/retry")).status_code == 202
+    assert str(await pool.fetchval("SELECT reserved_usd FROM tenant_balances")) == "0.00020000"
 
 
 async def test_create_beyond_the_budget_is_402_and_makes_nothing(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from datetime import timedelta
 from decimal import Decimal
 
 import asyncpg
 
-from jobstream import attempts
+from jobstream import attempts, db
 from jobstream.attempts import Claimed, Success
 from jobstream.clock import ManualClock
 from jobstream.errors import Fenced
@@ -134,3 +136,36 @@ async def test_a_stale_worker_is_fenced_out_and_stops_its_attempt(
     assert (first["worker_id"], first["outcome"]) == ("stale", "lost")
     assert (second["worker_id"], second["outcome"]) == ("current", "succeeded")
     assert await job_row(pool, job_id) == job
+
+
+async def test_two_reapers_never_deadlock_on_the_ledger(database_url: str) -> None:
+    # Regression: each reaper released its dead jobs' reservations in lease order; batches that
+    # met the same ledger rows in opposite orders deadlocked (10 of 10 with a batch of 2).
+    pool = await db.create_pool(database_url, min_size=2, max_size=4)
+    clock = manual_clock()
+    try:
+        for _ in range(10):
+            shards = [1, 2, 2, 1]  # lease order: reaper A takes 1 then 2, reaper B 2 then 1
+            for i, shard in enumerate(shards):
+                job_id = next(u for u in iter(uuid.uuid4, None) if u.bytes[15] % 16 == shard)
+                await pool.execute(
+                    "INSERT INTO jobs (id, tenant_id, request_hash, provider, payload,"
+                    " max_attempts, status, attempts, run_token, lease_until, reserved_usd,"
+                    " estimate_usd) VALUES ($1, 'default', 'h', 'simulated', '{}', 1, 'running',"
+                    " 1, gen_random_uuid(), $2, 0.01, 0.01)",
+                    job_id, clock.now() - timedelta(seconds=100 - i),
+                )  # fmt: skip
+                await pool.execute(
+                    "INSERT INTO tenant_ledger (tenant_id, shard, reserved_usd) VALUES"
+                    " ('default', $1, 0.01) ON CONFLICT (tenant_id, shard) DO UPDATE"
+                    " SET reserved_usd = tenant_ledger.reserved_usd + 0.01",
+                    shard,
+                )
+            reaped = await asyncio.gather(
+                attempts.reap_expired(pool, clock, batch=2),
+                attempts.reap_expired(pool, clock, batch=2),
+            )
+            assert sum(reaped) == 4
+        assert await pool.fetchval("SELECT sum(reserved_usd) FROM tenant_ledger") == 0
+    finally:
+        await pool.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from decimal import Decimal
 
@@ -26,6 +27,7 @@ from tests.support.workers import (
     wait_for_job,
     wait_for_status,
 )
+from worker.providers.base import ProviderRequest, StreamItem, TextDelta
 from worker.retry import Backoff
 
 PRICE = Decimal("0.000002")  # the simulator's default price per output token
@@ -224,3 +226,28 @@ async def test_a_job_whose_attempts_all_fail_is_dead(
         (3, "done", "dead"),
     ]
     assert worker.results == {"retry": 2, "dead": 1}
+
+
+class NulProvider:
+    """Sends text with a U+0000 in it, as a model can."""
+
+    name = "simulated"
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamItem]:
+        for text in ("a\x00", "b"):
+            yield TextDelta(text)
+
+    def estimate_cost(self, request: ProviderRequest, output_tokens: int) -> Decimal:
+        return Decimal(0)
+
+
+async def test_nul_from_the_provider_is_stored_as_a_replacement_character(
+    pool: asyncpg.Pool, settings: Settings
+) -> None:
+    # Regression: jsonb refuses U+0000, so every flush of such text failed and the attempt was
+    # retried until the job was dead, paying the provider each time.
+    job_id = await create_job(pool, prompt="nul")
+    async with running_worker(settings, pool=pool, providers={"simulated": NulProvider()}):
+        job = await wait_for_status(pool, job_id, "succeeded")
+    assert job["result"]["text"] == "a\ufffdb" == reassemble(await event_list(pool, job_id))
+    assert job["attempts"] == 1
