@@ -59,20 +59,14 @@ async def create_template(admin_url: str) -> None:
 
 async def create_empty_database(admin_url: str) -> str:
     """A database with nothing of jobstream's in it (template0 has no schema)."""
+    return await create_test_database(admin_url, template="template0")
+
+
+async def create_test_database(admin_url: str, *, template: str = TEMPLATE) -> str:
     name = f"test_{uuid.uuid4().hex[:12]}"
     conn = await asyncpg.connect(admin_url)
     try:
-        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    finally:
-        await conn.close()
-    return with_database(admin_url, name)
-
-
-async def create_test_database(admin_url: str) -> str:
-    name = f"test_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(admin_url)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     finally:
         await conn.close()
     return with_database(admin_url, name)
