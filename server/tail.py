@@ -38,6 +38,7 @@ class Tail:
         self.cursor = cursor
         # The table may hold events past the cursor that this reader has not read yet.
         self.more = True
+        self._ended = False  # the last event handed out was `done`
 
     async def next(self) -> list[Event]:
         """The next events after the cursor, in order, waiting for the hub when there are none.
@@ -54,6 +55,10 @@ class Tail:
                     return self._take(page)
                 if first_read and self._last_seq > self.cursor:
                     return [self._resync(self._last_seq + 1, attempt=0, at=datetime.now(UTC))]
+                if self._ended:
+                    # The last page was full and ended with `done`; this read found nothing
+                    # after it. Regression: the stream then waited on the hub for ever.
+                    return []
             if self._sub is None:
                 return []
             batch = await self._sub.get()
@@ -74,6 +79,7 @@ class Tail:
         return bool(batch) and batch[-1].type == "done" and not self.more
 
     def _take(self, page: list[Event]) -> list[Event]:
+        self._ended = page[-1].type == "done"
         if page[0].seq > self.cursor + 1:
             # The log is gap-free, so a gap at the cursor means the events were pruned.
             head = self._resync(page[0].seq, attempt=page[0].attempt, at=page[0].at)

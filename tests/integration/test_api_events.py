@@ -278,3 +278,28 @@ async def test_server_shutdown_ends_open_streams_promptly(settings: Settings) ->
         received = await asyncio.gather(*readers)
     assert all(got.ended for got in received)  # ended by the server, cleanly, not cut
     assert stopped_after < 1.5, stopped_after  # not uvicorn's 2 s graceful timeout
+
+
+async def test_a_live_stream_ends_when_a_full_page_ends_with_done(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    # Regression: when a read returned exactly a page (1,000 events) ending with `done`, the
+    # next read was empty and the stream waited on the hub for ever. The job finished between
+    # the stream's status check (still running: a live stream) and its first read.
+    job = await create(client)
+    job_id = uuid.UUID(job["id"])
+    await pool.execute(
+        "INSERT INTO job_events (job_id, seq, attempt, type, data)"
+        " SELECT $1, g, 1, 'token', jsonb_build_object('text', g::text || ' ')"
+        " FROM generate_series(2, 999) g",
+        job_id,
+    )
+    await pool.execute(
+        "INSERT INTO job_events (job_id, seq, attempt, type, data) VALUES ($1, 1000, 1, 'done',"
+        ' \'{"status": "succeeded", "result": {"text": "t"}}\')',
+        job_id,
+    )
+    await pool.execute("UPDATE jobs SET status = 'running', last_seq = 1000 WHERE id = $1", job_id)
+    async with asyncio.timeout(10):
+        got = await read_stream(client, plain(job))
+    assert got.events[-1]["type"] == "done" and got.events[-1]["seq"] == 1000
