@@ -19,8 +19,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -28,8 +28,8 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import httpx
 
+from bench.postgres import durable_postgres
 from jobstream import db, jobs, logs, migrations
-from jobstream.embedded_pg import EmbeddedPostgres
 from jobstream.follower import Follower
 from jobstream.jobspec import JobSpec
 from jobstream.settings import Settings
@@ -40,7 +40,7 @@ LATENCY_JOBS, LATENCY_TOKENS, LATENCY_RATE = 4, 300, 100.0
 
 def main() -> None:
     logs.configure("warning", json=False)
-    with _postgres() as admin_url:
+    with durable_postgres("jobstream-bench-") as admin_url:
         asyncio.run(_run(admin_url))
 
 
@@ -192,21 +192,6 @@ def _free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-@contextmanager
-def _postgres() -> Iterator[str]:
-    external = os.environ.get("DATABASE_URL")
-    if external:
-        yield external
-        return
-    with tempfile.TemporaryDirectory(prefix="jobstream-bench-") as tmp:
-        server = EmbeddedPostgres(Path(tmp) / "data", durable=True)
-        server.start()
-        try:
-            yield server.url
-        finally:
-            server.destroy()
 
 
 @asynccontextmanager

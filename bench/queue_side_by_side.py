@@ -53,10 +53,8 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -65,9 +63,9 @@ import asyncpg
 
 from bench import jobstream_side, pgqueuer_side
 from bench.pgqueuer_side import Shape
+from bench.postgres import durable_postgres
 from bench.queue_common import Enqueued, Latency, Steady
 from jobstream import attempts, logs
-from jobstream.embedded_pg import EmbeddedPostgres
 
 JOBSTREAM, PGQUEUER = "jobstream", "pgqueuer"
 SCENARIOS = ("drain", "steady", "enqueue", "claim")
@@ -232,7 +230,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
 def main(argv: list[str] | None = None) -> None:
     options = parse_args(argv)
     logs.configure("warning", json=False)
-    with _postgres() as admin_url:
+    with durable_postgres("queue-bench-") as admin_url:
         asyncio.run(_run(options, admin_url))
 
 
@@ -487,22 +485,6 @@ async def _drop_quietly(admin_url: str, name: str) -> None:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
-
-
-@contextmanager
-def _postgres() -> Iterator[str]:
-    external = os.environ.get("DATABASE_URL")
-    if external:
-        yield external
-        return
-    with tempfile.TemporaryDirectory(prefix="queue-bench-") as tmp:
-        # durable: fsync on, as in production; the figures mean nothing without it.
-        server = EmbeddedPostgres(Path(tmp) / "data", durable=True)
-        server.start()
-        try:
-            yield server.url
-        finally:
-            server.destroy()
 
 
 if __name__ == "__main__":
