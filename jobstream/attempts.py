@@ -166,13 +166,34 @@ async def _claim_once(
     ]
 
 
-async def renew(pool: asyncpg.Pool, held: Claimed, lease_s: float, clock: Clock) -> LeaseState:
-    row = await pool.fetchrow(
-        queries.RENEW_LEASE, held.job_id, held.run_token, lease_s, clock.now()
+@dataclass(frozen=True)
+class Renewal:
+    """What one renewal of many leases found, by run token. An attempt in neither is fenced out."""
+
+    renewed: dict[uuid.UUID, LeaseState]
+    # Still held, but its row was locked by another write at that instant: try again soon.
+    busy: set[uuid.UUID]
+
+
+async def renew_many(
+    pool: asyncpg.Pool, helds: Sequence[Claimed], lease_s: float, clock: Clock
+) -> Renewal:
+    """Renew every lease in `helds` in one statement, fenced per attempt (RENEW_LEASES)."""
+    rows = await pool.fetch(
+        queries.RENEW_LEASES,
+        [held.job_id for held in helds],
+        [held.run_token for held in helds],
+        lease_s,
+        clock.now(),
     )
-    if row is None:
-        raise Fenced(f"job {held.job_id}: lease lost")
-    return LeaseState(row["status"], row["cancel_requested_at"])
+    renewed: dict[uuid.UUID, LeaseState] = {}
+    busy: set[uuid.UUID] = set()
+    for row in rows:
+        if row["status"] is None:
+            busy.add(row["run_token"])
+        else:
+            renewed[row["run_token"]] = LeaseState(row["status"], row["cancel_requested_at"])
+    return Renewal(renewed, busy)
 
 
 async def append_tokens(pool: asyncpg.Pool, held: Claimed, texts: Sequence[str]) -> int:

@@ -453,13 +453,40 @@ SELECT t.id
                          WHERE j.tenant_id = t.id AND j.status IN ('running', 'cancelling'))
 """
 
-# Renew the lease; also how the attempt learns of a cancel request when a NOTIFY was missed.
-RENEW_LEASE = """
-UPDATE jobs
-   SET lease_until = {now} + make_interval(secs => $3)
- WHERE id = $1 AND run_token = $2 AND status IN ('running', 'cancelling')
-RETURNING status, cancel_requested_at
-""".format(now=NOW.format("$4"))
+# Renew the leases of every attempt a worker runs, in one statement per renewal tick. Fenced per
+# attempt on its run token (in the locking subquery, which PostgreSQL re-checks on a row changed
+# since the snapshot), so a fenced-out attempt learns it from its own row and the others are
+# renewed. The rows are locked in id order and SKIP LOCKED: a row another transaction holds (this
+# worker's own success batch, a cancel request) is left for the next tick instead of waited on,
+# so a renewal can never close a lock cycle with another multi-row write. `mine` tells such a
+# skipped attempt (still ours: try again soon) from a fenced one (the job moved on). An attempt
+# is named by its run token, unique to it.
+# $1 job ids, $2 their run tokens, $3 lease seconds, $4 now (NULL: the database's).
+RENEW_LEASES = """
+WITH mine AS (
+    SELECT j.id, j.run_token
+      FROM jobs j
+      JOIN unnest($1::uuid[], $2::uuid[]) AS h (job_id, run_token)
+        ON j.id = h.job_id AND j.run_token = h.run_token
+     WHERE j.status IN ('running', 'cancelling')
+), renewed AS (
+    UPDATE jobs j
+       SET lease_until = coalesce($4::timestamptz, statement_timestamp())
+                         + make_interval(secs => $3)
+      FROM (SELECT j.id
+              FROM jobs j
+              JOIN unnest($1::uuid[], $2::uuid[]) AS h (job_id, run_token)
+                ON j.id = h.job_id AND j.run_token = h.run_token
+             WHERE j.status IN ('running', 'cancelling')
+             ORDER BY j.id
+               FOR NO KEY UPDATE OF j SKIP LOCKED) l
+     WHERE j.id = l.id
+    RETURNING j.id, j.status, j.cancel_requested_at
+)
+SELECT m.run_token, r.status, r.cancel_requested_at
+  FROM mine m
+  LEFT JOIN renewed r ON r.id = m.id
+"""
 
 # Accept attempts' results, one or many (a worker's successes of one tick), in one statement and
 # one commit: fenced on each run token, it ends each job, closes its attempt, appends its last

@@ -1,8 +1,9 @@
 """One attempt at a job: stream from the provider, persist the tokens, settle the outcome.
 
-Three tasks feed one inbox: the provider pump (deltas, then the end or the failure), the lease
-keeper (a cancel request, or the lease lost) and the worker (shutdown). The runner's loop is the
-only writer: it coalesces deltas into flushes and, at the first ending, stops the others and
+Three sources feed one inbox: the provider pump (deltas, then the end or the failure), the
+worker's lease renewals (a cancel request, or the lease lost; worker/lease.py) and the worker
+(shutdown). The runner's loop is the only writer: it coalesces deltas into flushes and, at the
+first ending, stops the pump, leaves the lease renewals and
 records exactly one outcome, flushing first so that the log holds every token before the status
 changes (DESIGN.md §5).
 """
@@ -36,7 +37,7 @@ from worker.inbox import (
     StreamEnded,
     StreamFailed,
 )
-from worker.lease import LeaseKeeper
+from worker.lease import Lease, Leases
 from worker.providers.base import Provider, ProviderRequest, TextDelta
 from worker.token_log import TokenLog
 
@@ -95,6 +96,7 @@ class AttemptRunner:
         *,
         clock: Clock,
         rng: random.Random,
+        leases: Leases,
         claimed_at: float,
         write_success: SuccessWriter | None = None,
     ) -> None:
@@ -113,9 +115,8 @@ class AttemptRunner:
             interval_s=settings.flush_interval_s, max_bytes=settings.flush_bytes
         )
         self._tokens = TokenLog(pool, held)
-        self._lease = LeaseKeeper(
-            pool, held, self._inbox, lease_s=settings.lease_s, clock=clock, claimed_at=claimed_at
-        )
+        # Renewed with the worker's other attempts' from now on, until the stream ends.
+        self._lease: Lease = leases.hold(held, self._inbox, claimed_at=claimed_at)
         spec = held.spec
         self._request = ProviderRequest(
             prompt=spec.prompt,
@@ -169,7 +170,6 @@ class AttemptRunner:
         loop = asyncio.get_running_loop()
         name = f"{self.held.job_id}:{self.held.attempt}"
         pump = asyncio.create_task(self._pump(), name=f"provider-stream:{name}")
-        lease = asyncio.create_task(self._lease.run(), name=f"lease:{name}")
         try:
             while True:
                 try:
@@ -187,7 +187,8 @@ class AttemptRunner:
                 except Fenced:
                     return LeaseLost("a token write was refused: the job moved on")
         finally:
-            await self._stop(pump, lease)
+            self._lease.release()
+            await self._stop(pump)
 
     async def _pump(self) -> None:
         """Move the provider's stream into the inbox; its end or failure is the last message."""
@@ -219,17 +220,15 @@ class AttemptRunner:
         # Always posted (unless we were cancelled): the runner's loop waits for it.
         self._inbox.put_nowait(ending)
 
-    async def _stop(self, pump: asyncio.Task[None], lease: asyncio.Task[None]) -> None:
+    async def _stop(self, pump: asyncio.Task[None]) -> None:
         stream_running = not pump.done()
-        for task in (pump, lease):
-            task.cancel()
-        outcomes = await asyncio.gather(pump, lease, return_exceptions=True)
-        for task, outcome in zip((pump, lease), outcomes, strict=True):
-            # Each task reports its own failures through the inbox; raising is a bug of ours.
-            if isinstance(outcome, Exception):
-                log.error("attempt_task_crashed", task=task.get_name(), exc_info=outcome)
+        pump.cancel()
+        (outcome,) = await asyncio.gather(pump, return_exceptions=True)
+        # The pump reports its own failures through the inbox; raising is a bug of ours.
+        if isinstance(outcome, Exception):
+            log.error("attempt_task_crashed", task=pump.get_name(), exc_info=outcome)
         # A cancelled stream that closed without another error: the provider stopped for us.
-        self._provider_stopped = stream_running and isinstance(outcomes[0], asyncio.CancelledError)
+        self._provider_stopped = stream_running and isinstance(outcome, asyncio.CancelledError)
 
     async def _flush(self) -> None:
         """Write pending deltas as one `token` event; on a lost connection keep them for later."""

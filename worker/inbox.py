@@ -1,6 +1,6 @@
 """What an attempt reacts to, delivered through one queue to its runner's single loop.
 
-The provider stream, the lease keeper and the worker each post here; only the runner's loop
+The provider stream, the lease renewals and the worker each post here; only the runner's loop
 writes to the database, so token flushes never race each other or a status change.
 """
 

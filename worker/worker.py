@@ -27,6 +27,7 @@ from jobstream.listener import Listener
 from jobstream.settings import Settings
 from worker.attempt import AttemptResult, AttemptRunner
 from worker.completions import Completions
+from worker.lease import Leases
 from worker.providers.base import Provider
 from worker.providers.registry import build_providers, close_providers
 from worker.webhooks import WebhookSender
@@ -72,6 +73,7 @@ class Worker:
         self._idle.set()
         self._next_reap_at = 0.0  # loop time of the next look for expired leases
         self._completions: Completions | None = None  # the successes' writer, while running
+        self._leases: Leases | None = None  # the attempts' lease renewals, while running
         self._listener = Listener(
             self._url,
             {queries.CHANNEL_JOBS: self._on_runnable, queries.CHANNEL_CANCEL: self._on_cancel},
@@ -123,6 +125,9 @@ class Worker:
                 self._completions.run(), name=f"completions:{self.worker_id}"
             )
             writer.add_done_callback(self._on_writer_done)
+            self._leases = Leases(self._pool, lease_s=self._settings.lease_s, clock=self._clock)
+            renewals = asyncio.create_task(self._leases.run(), name=f"leases:{self.worker_id}")
+            renewals.add_done_callback(self._on_renewals_done)
             sender = WebhookSender(self._pool, self._settings, clock=self._clock, rng=self._rng)
             webhooks = asyncio.create_task(sender.run(), name=f"webhooks:{self.worker_id}")
             webhooks.add_done_callback(self._on_webhooks_done)
@@ -142,10 +147,11 @@ class Worker:
                 await self._drain(grace)
                 # After the drain: the settling attempts' successes go through the writer.
                 writer.cancel()
+                renewals.cancel()
                 listener.cancel()
                 # An interrupted delivery stays claimed until its hold runs out, then is retried.
                 webhooks.cancel()
-                await asyncio.gather(writer, listener, webhooks, return_exceptions=True)
+                await asyncio.gather(writer, renewals, listener, webhooks, return_exceptions=True)
                 if self._owns_pool:
                     await self._pool.close()
                 if self._owns_providers:
@@ -215,6 +221,7 @@ class Worker:
             log.exception("claim_round_failed")
 
     def _start(self, pool: asyncpg.Pool, held: Claimed, claimed_at: float) -> None:
+        assert self._leases is not None, "attempts start only while the worker runs"
         runner = AttemptRunner(
             pool,
             held,
@@ -222,6 +229,7 @@ class Worker:
             self._settings,
             clock=self._clock,
             rng=self._rng,
+            leases=self._leases,
             claimed_at=claimed_at,
             write_success=self._completions.accept if self._completions else None,
         )
@@ -297,6 +305,14 @@ class Worker:
         # The sender survives every failed round; ending on its own is a bug. Jobs still run
         # and their outbox rows wait for the next worker, so log it rather than stop.
         log.error("webhook_sender_died", exc_info=task.exception())
+
+    def _on_renewals_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        # The renewals survive every failed round; ending on their own is a bug, and every
+        # attempt would lose its lease: stop rather than limp on.
+        log.error("lease_renewals_died", exc_info=task.exception())
+        self.stop()
 
     def _on_writer_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():

@@ -46,6 +46,11 @@ async def claim(pool: asyncpg.Pool, clock: ManualClock, worker_id: str) -> Claim
     return held
 
 
+async def renew(pool: asyncpg.Pool, held: Claimed, clock: ManualClock) -> None:
+    if held.run_token not in (await attempts.renew_many(pool, [held], LEASE_S, clock)).renewed:
+        raise Fenced("not renewed")
+
+
 async def state(pool: asyncpg.Pool, job_id: uuid.UUID) -> tuple[object, ...]:
     return (
         await job_row(pool, job_id),
@@ -64,7 +69,7 @@ async def test_every_write_with_a_stale_run_token_changes_nothing(pool: asyncpg.
     before = await state(pool, job_id)
     usage = Usage(output_tokens=1, cost_usd=Decimal("0.01"))
     writes = {
-        "renew": attempts.renew(pool, stale, LEASE_S, clock),
+        "renew": renew(pool, stale, clock),
         "append_tokens": attempts.append_tokens(pool, stale, ["stale "]),
         "succeed": attempts.accept(pool, Success(stale, "stale", usage), clock),
         "fail": attempts.fail(
@@ -93,6 +98,35 @@ async def test_every_write_with_a_stale_run_token_changes_nothing(pool: asyncpg.
     # The current attempt is unaffected and completes.
     await attempts.accept(pool, Success(current, "0 1 ", usage), clock)
     assert (await job_row(pool, job_id))["status"] == "succeeded"
+
+
+async def test_one_renewal_renews_many_fences_the_stale_and_waits_for_none(
+    pool: asyncpg.Pool,
+) -> None:
+    """The worker renews all its leases in one statement: each attempt gets its own answer."""
+    clock = manual_clock()
+    stale_job = await create_job(pool, simulate=fast(5))
+    stale = await claim(pool, clock, "first")
+    await expire_and_reap(pool, clock)
+    current = await claim(pool, clock, "second")
+    await create_job(pool, simulate=fast(5))
+    await create_job(pool, simulate=fast(5))
+    locked, free = await claim(pool, clock, "first"), await claim(pool, clock, "first")
+    clock.advance(5)
+    async with pool.acquire() as other, other.transaction():
+        # Another write holds one job's row (a success batch, a cancel): the renewal must not
+        # wait for it, nor take it for lost.
+        await other.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", locked.job_id)
+        async with asyncio.timeout(5):
+            renewal = await attempts.renew_many(
+                pool, [stale, current, locked, free], LEASE_S, clock
+            )
+    assert current.job_id == stale_job
+    assert set(renewal.renewed) == {current.run_token, free.run_token}
+    assert renewal.busy == {locked.run_token}
+    for held in (current, free):
+        lease_until = (await job_row(pool, held.job_id))["lease_until"]
+        assert lease_until == clock.now() + timedelta(seconds=LEASE_S)
 
 
 async def test_a_stale_worker_is_fenced_out_and_stops_its_attempt(

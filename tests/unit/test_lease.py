@@ -1,4 +1,4 @@
-"""The lease keeper without a database: a pool stand-in decides how each renewal goes."""
+"""The lease renewals without a database: a pool stand-in decides how each renewal goes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from jobstream.attempts import Claimed
 from jobstream.clock import ManualClock
 from jobstream.jobspec import AttemptSpec
 from worker.inbox import Inbox, LeaseLost
-from worker.lease import LeaseKeeper
+from worker.lease import Leases
 
 LEASE_S = 0.3
 
@@ -23,7 +23,7 @@ class BlackHolePool:
     def __init__(self) -> None:
         self.renewals = 0
 
-    async def fetchrow(self, *args: Any) -> None:
+    async def fetch(self, *args: Any) -> None:
         self.renewals += 1
         await asyncio.get_running_loop().create_future()
 
@@ -37,17 +37,15 @@ async def test_a_renewal_that_hangs_past_the_lease_ends_the_attempt() -> None:
     pool = BlackHolePool()
     inbox: Inbox = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    keeper = LeaseKeeper(
-        cast(asyncpg.Pool, pool),
-        held(),
-        inbox,
-        lease_s=LEASE_S,
-        clock=ManualClock(),
-        claimed_at=loop.time(),
-    )
-    async with asyncio.timeout(5):
-        await keeper.run()
+    leases = Leases(cast(asyncpg.Pool, pool), lease_s=LEASE_S, clock=ManualClock())
+    lease = leases.hold(held(), inbox, claimed_at=loop.time())
+    renewals = asyncio.create_task(leases.run())
+    try:
+        async with asyncio.timeout(5):
+            message = await inbox.get()
+    finally:
+        renewals.cancel()
     assert pool.renewals == 1
-    message = inbox.get_nowait()
     assert isinstance(message, LeaseLost)
-    assert loop.time() >= keeper.deadline  # not before the lease could have run out
+    assert loop.time() >= lease.deadline  # not before the lease could have run out
+    assert len(leases) == 0  # a lost lease is renewed no more
