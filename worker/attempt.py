@@ -144,26 +144,23 @@ class AttemptRunner:
     # --- the attempt ---
 
     async def run(self) -> AttemptResult:
+        """Run the attempt to its one outcome. The caller binds the attempt's log context (job
+        id, attempt, run token): the worker runs each attempt in a task of its own context."""
         held = self.held
-        with structlog.contextvars.bound_contextvars(
-            job_id=str(held.job_id), attempt=held.attempt, run_token=str(held.run_token)
-        ):
-            # One log line per change of the job's status: this one, and the settling one.
-            log.info(
-                "attempt_started", status="running", provider=held.provider, model=held.spec.model
-            )
-            try:
-                ending = await self._consume()
-            except Exception as exc:
-                # A bug of ours between stream and database: retried like a transient fault.
-                log.exception("attempt_loop_crashed")
-                ending = StreamFailed(Failure.internal(exc))
-            except asyncio.CancelledError:
-                # A hard stop (the worker's hand-back window is over, or the loop is closing):
-                # still hand the job back rather than leave it to lease expiry.
-                await self._settle_shielded(Interrupted())
-                raise
-            return await self._settle_shielded(ending)
+        # One log line per change of the job's status: this one, and the settling one.
+        log.info("attempt_started", status="running", provider=held.provider, model=held.spec.model)
+        try:
+            ending = await self._consume()
+        except Exception as exc:
+            # A bug of ours between stream and database: retried like a transient fault.
+            log.exception("attempt_loop_crashed")
+            ending = StreamFailed(Failure.internal(exc))
+        except asyncio.CancelledError:
+            # A hard stop (the worker's hand-back window is over, or the loop is closing):
+            # still hand the job back rather than leave it to lease expiry.
+            await self._settle_shielded(Interrupted())
+            raise
+        return await self._settle_shielded(ending)
 
     async def _consume(self) -> Ending:
         """Run the stream and the lease until the first ending; flush deltas on the way."""

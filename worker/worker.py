@@ -9,6 +9,7 @@ are interrupted and hand their job straight back to the queue (DESIGN.md §7).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import random
 import socket
@@ -234,8 +235,19 @@ class Worker:
             write_success=self._completions.accept if self._completions else None,
         )
         key = (held.job_id, held.attempt)
+        # The attempt's log lines carry its job, attempt and run token: bound once in a context
+        # of the attempt's own (structlog's bound_contextvars walks every variable twice).
+        context = contextvars.copy_context()
+        context.run(
+            structlog.contextvars.bind_contextvars,
+            job_id=str(held.job_id),
+            attempt=held.attempt,
+            run_token=str(held.run_token),
+        )
         task = asyncio.create_task(
-            self._run_attempt(key, runner), name=f"attempt:{held.job_id}:{held.attempt}"
+            self._run_attempt(key, runner),
+            name=f"attempt:{held.job_id}:{held.attempt}",
+            context=context,
         )
         self._running[key] = Running(runner, task)
         self._idle.clear()
@@ -246,7 +258,7 @@ class Worker:
         except Exception:
             # The runner records every outcome it can; this is a bug. The job is left to the
             # reaper, which settles it once the lease runs out.
-            log.exception("attempt_crashed", job_id=str(key[0]), attempt=key[1])
+            log.exception("attempt_crashed")
         finally:
             del self._running[key]
             if not self._running:

@@ -9,6 +9,8 @@ from decimal import Decimal
 
 import asyncpg
 import pytest
+import structlog
+import structlog.testing
 
 from jobstream import attempts
 from jobstream.settings import Settings
@@ -55,6 +57,31 @@ async def test_a_job_streams_to_success(pool: asyncpg.Pool, settings: Settings) 
     assert attempt["cost_usd"] == PRICE * 30 and attempt["cost_known"] is True
     assert job["lease_until"] is None and job["attempts"] == 1
     assert worker.results == {"succeeded": 1}
+
+
+async def test_an_attempts_log_lines_name_its_job_attempt_and_run_token(
+    pool: asyncpg.Pool, settings: Settings
+) -> None:
+    captured = structlog.testing.LogCapture()
+    previous = structlog.get_config()
+    structlog.configure(
+        processors=[structlog.contextvars.merge_contextvars, captured],
+        cache_logger_on_first_use=False,
+    )
+    try:
+        job_id = await create_job(pool, simulate=fast(3))
+        async with running_worker(settings, pool=pool):
+            await wait_for_status(pool, job_id, "succeeded")
+    finally:
+        structlog.configure(**previous)
+    token = (await job_row(pool, job_id))["run_token"]  # the last attempt's, kept after it ends
+    expected = {"job_id": str(job_id), "attempt": 1, "run_token": str(token)}
+    lines = {e["event"]: e for e in captured.entries if e.get("job_id") == str(job_id)}
+    assert {"attempt_started", "attempt_succeeded"} <= lines.keys()
+    for name in ("attempt_started", "attempt_succeeded"):
+        assert {k: lines[name].get(k) for k in expected} == expected, name
+    # The binding stays with the attempt: the worker's own lines name no job.
+    assert not any(e["event"] == "worker_started" and "job_id" in e for e in captured.entries)
 
 
 async def test_token_deltas_are_coalesced_into_few_flushes(
