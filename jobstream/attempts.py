@@ -244,20 +244,13 @@ async def _finish_attempt(
 @dataclass(frozen=True)
 class Success:
     """An attempt's accepted result, ready to write: its text, its usage, and `last_chunk`, the
-    end of the text that is not in the log yet (appended by the same statement)."""
+    end of the text that is not in the log yet. The statement appends it as a `token` event,
+    then `usage` and `done` (queries.SUCCEED_ATTEMPTS)."""
 
     held: Claimed
     text: str
     usage: Usage
     last_chunk: str = ""
-
-    def events(self) -> list[NewEvent]:
-        result = {"text": self.text, "usage": self.usage.to_json()}
-        return [
-            *([NewEvent("token", {"text": self.last_chunk})] if self.last_chunk else []),
-            NewEvent("usage", self.usage.to_json()),
-            NewEvent("done", {"status": "succeeded", "result": result}),
-        ]
 
 
 async def accept_many(pool: asyncpg.Pool, successes: Sequence[Success], clock: Clock) -> set[int]:
@@ -268,23 +261,19 @@ async def accept_many(pool: asyncpg.Pool, successes: Sequence[Success], clock: C
     accepted attempt's price, once; failed attempts are our cost.
     """
     by_job = {s.held.job_id: i for i, s in enumerate(successes)}
-    each = [s.events() for s in successes]
-    events = [(s.held.job_id, e) for s, new in zip(successes, each, strict=True) for e in new]
+    usages = [s.usage for s in successes]
     rows = await pool.fetch(
         queries.SUCCEED_ATTEMPTS,
         [s.held.job_id for s in successes],
         [s.held.run_token for s in successes],
-        [{"text": s.text, "usage": s.usage.to_json()} for s in successes],
+        [{"text": s.text, "usage": u.to_json()} for s, u in zip(successes, usages, strict=True)],
         [s.held.attempt for s in successes],
-        [s.usage.input_tokens for s in successes],
-        [s.usage.output_tokens for s in successes],
-        [s.usage.cost_usd for s in successes],
-        [s.usage.cost_known for s in successes],
-        [job_id for job_id, _ in events],
-        [e.type for _, e in events],
-        [e.data for _, e in events],
+        [u.input_tokens for u in usages],
+        [u.output_tokens for u in usages],
+        [u.cost_usd for u in usages],
+        [u.cost_known for u in usages],
+        [s.last_chunk for s in successes],
         clock.now(),
-        [len(new) for new in each],
     )
     return {by_job[row["id"]] for row in rows}
 

@@ -493,27 +493,23 @@ SELECT m.run_token, r.status, r.cancel_requested_at
 # events (the final token chunk if any, `usage`, `done`), charges the accepted price once and
 # frees the reservation on the job's ledger shard, writes the webhook outbox row, and notifies
 # followers. Every CTE acts only through `done`: a fenced-out attempt changes nothing, the others
-# still land, and the rows returned name the jobs that were accepted.
-# Parameters, one element per attempt: $1 job, $2 run token, $3 result, $4 attempt, $5 input
-# tokens, $6 output tokens, $7 cost (the price charged), $8 cost known; one element per event:
-# $9 its job, $10 type, $11 data, in log order; $12 now; $13 each attempt's count of events.
+# still land, and the rows returned name the jobs that were accepted. The events are built here
+# from the result, not sent: `usage` is the result's, `done` carries the whole result.
+# Parameters, one element per attempt: $1 job, $2 run token, $3 result ({text, usage}), $4
+# attempt, $5 input tokens, $6 output tokens, $7 cost (the price charged), $8 cost known, $9 the
+# last token chunk ('' for none); then $10 now.
 SUCCEED_ATTEMPTS = """
 WITH input AS (
-    SELECT *
+    SELECT *, 2 + (i.last_chunk <> '')::int AS n_events
       FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[], $4::int[], $5::int[], $6::int[],
-                  $7::numeric[], $8::boolean[], $13::int[])
+                  $7::numeric[], $8::boolean[], $9::text[])
              AS i (job_id, run_token, result, attempt, input_tokens, output_tokens, cost,
-                   cost_known, n_events)
-), new_events AS (
-    SELECT e.job_id, e.type, e.data,
-           row_number() OVER (PARTITION BY e.job_id ORDER BY e.ord) AS nth
-      FROM unnest($9::uuid[], $10::text[], $11::jsonb[])
-             WITH ORDINALITY AS e (job_id, type, data, ord)
+                   cost_known, last_chunk)
 ), done AS (
     UPDATE jobs j
        SET status = 'succeeded', result = i.result,
-           finished_at = coalesce($12::timestamptz, statement_timestamp()),
-           updated_at = coalesce($12::timestamptz, statement_timestamp()),
+           finished_at = coalesce($10::timestamptz, statement_timestamp()),
+           updated_at = coalesce($10::timestamptz, statement_timestamp()),
            lease_until = NULL, error = NULL, charged_usd = i.cost, reserved_usd = 0,
            last_seq = j.last_seq + i.n_events
       FROM input i, jobs old
@@ -521,7 +517,7 @@ WITH input AS (
        AND old.id = j.id
     RETURNING j.id, j.tenant_id, j.status, j.attempts, j.finished_at, j.result, j.error,
               j.webhook_url, j.last_seq, i.attempt, i.input_tokens, i.output_tokens, i.cost,
-              i.cost_known, i.n_events, old.reserved_usd AS held,
+              i.cost_known, i.last_chunk, old.reserved_usd AS held,
               get_byte(uuid_send(j.id), 15) % 16 AS shard
 ), closed AS (
     UPDATE job_attempts a
@@ -534,8 +530,15 @@ WITH input AS (
      WHERE a.job_id = done.id AND a.attempt = done.attempt
 ), logged AS (
     INSERT INTO job_events (job_id, seq, attempt, type, data)
-    SELECT done.id, done.last_seq - done.n_events + e.nth, done.attempt, e.type, e.data
-      FROM done JOIN new_events e ON e.job_id = done.id
+    SELECT id, last_seq - 2, attempt, 'token', jsonb_build_object('text', last_chunk)
+      FROM done
+     WHERE last_chunk <> ''
+    UNION ALL
+    SELECT id, last_seq - 1, attempt, 'usage', result->'usage' FROM done
+    UNION ALL
+    SELECT id, last_seq, attempt, 'done',
+           jsonb_build_object('status', 'succeeded', 'result', result)
+      FROM done
 ), money AS (
     SELECT tenant_id, shard, sum(held) AS held, sum(cost) AS cost
       FROM done
