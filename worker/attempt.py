@@ -110,7 +110,7 @@ class AttemptRunner:
         self._write_success: SuccessWriter = write_success or (
             lambda success: attempts.accept(pool, success, clock)
         )
-        self._inbox: Inbox = asyncio.Queue()
+        self._inbox = Inbox()
         self._coalescer = Coalescer(
             interval_s=settings.flush_interval_s, max_bytes=settings.flush_bytes
         )
@@ -163,26 +163,28 @@ class AttemptRunner:
         return await self._settle_shielded(ending)
 
     async def _consume(self) -> Ending:
-        """Run the stream and the lease until the first ending; flush deltas on the way."""
+        """Run the stream until the first ending; flush deltas on the way."""
         loop = asyncio.get_running_loop()
         name = f"{self.held.job_id}:{self.held.attempt}"
         pump = asyncio.create_task(self._pump(), name=f"provider-stream:{name}")
+        coalescer = self._coalescer
         try:
             while True:
-                try:
-                    async with asyncio.timeout_at(self._coalescer.due_at):
-                        message = await self._inbox.get()
-                except TimeoutError:
-                    message = None  # the oldest pending delta waited long enough
-                if isinstance(message, TextDelta):
-                    if not self._coalescer.add(message.text, loop.time()):
-                        continue
-                elif message is not None:
-                    return message
-                try:
-                    await self._flush()
-                except Fenced:
+                # Everything that arrived since the last look, at once; nothing by the time the
+                # oldest pending delta has waited long enough means flush it.
+                messages = await self._inbox.take(coalescer.due_at)
+                if not messages and not await self._flushed():
                     return LeaseLost("a token write was refused: the job moved on")
+                now = loop.time()
+                for message in messages:
+                    if not isinstance(message, TextDelta):
+                        return message  # its pending deltas are written as it settles
+                    # A full chunk is written before the next delta joins it: a chunk (an
+                    # event, an SSE frame) stays within flush_bytes however fast deltas come.
+                    if coalescer.add(message.text, now):
+                        if not await self._flushed():
+                            return LeaseLost("a token write was refused: the job moved on")
+                        now = loop.time()
         finally:
             self._lease.release()
             await self._stop(pump)
@@ -226,6 +228,14 @@ class AttemptRunner:
             log.error("attempt_task_crashed", task=pump.get_name(), exc_info=outcome)
         # A cancelled stream that closed without another error: the provider stopped for us.
         self._provider_stopped = stream_running and isinstance(outcome, asyncio.CancelledError)
+
+    async def _flushed(self) -> bool:
+        """Flush; False when the write was refused because the attempt lost its job."""
+        try:
+            await self._flush()
+        except Fenced:
+            return False
+        return True
 
     async def _flush(self) -> None:
         """Write pending deltas as one `token` event; on a lost connection keep them for later."""

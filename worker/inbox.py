@@ -1,4 +1,4 @@
-"""What an attempt reacts to, delivered through one queue to its runner's single loop.
+"""What an attempt reacts to, delivered through one inbox to its runner's single loop.
 
 The provider stream, the lease renewals and the worker each post here; only the runner's loop
 writes to the database, so token flushes never race each other or a status change.
@@ -43,4 +43,43 @@ class Interrupted:
 # How an attempt ends; the first of these to reach the runner wins.
 Ending = StreamEnded | StreamFailed | CancelRequested | LeaseLost | Interrupted
 Message = TextDelta | Ending
-Inbox = asyncio.Queue[Message]
+
+
+class Inbox:
+    """The attempt's messages in arrival order, for its one reader.
+
+    A read takes every message that is waiting, and when none is, waits with at most one timer:
+    an asyncio.Queue read under asyncio.timeout_at cost a timeout object and a queue hop per
+    token, most of a streaming worker's time (issue 11).
+    """
+
+    def __init__(self) -> None:
+        self._messages: list[Message] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, message: Message) -> None:
+        self._messages.append(message)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self, deadline: float | None = None) -> list[Message]:
+        """Every waiting message, oldest first; if none, the first to arrive and any sent with
+        it. An empty list: `deadline` (loop time) passed first."""
+        if not self._messages:
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = None if deadline is None else loop.call_at(deadline, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+        messages, self._messages = self._messages, []
+        return messages
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

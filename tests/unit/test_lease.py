@@ -35,14 +35,14 @@ def held() -> Claimed:
 
 async def test_a_renewal_that_hangs_past_the_lease_ends_the_attempt() -> None:
     pool = BlackHolePool()
-    inbox: Inbox = asyncio.Queue()
+    inbox = Inbox()
     loop = asyncio.get_running_loop()
     leases = Leases(cast(asyncpg.Pool, pool), lease_s=LEASE_S, clock=ManualClock())
     lease = leases.hold(held(), inbox, claimed_at=loop.time())
     renewals = asyncio.create_task(leases.run())
     try:
         async with asyncio.timeout(5):
-            message = await inbox.get()
+            (message,) = await inbox.take()
     finally:
         renewals.cancel()
     assert pool.renewals == 1
