@@ -168,14 +168,23 @@ class AttemptRunner:
         name = f"{self.held.job_id}:{self.held.attempt}"
         pump = asyncio.create_task(self._pump(), name=f"provider-stream:{name}")
         coalescer = self._coalescer
+        # The attempt's time limit is a deadline of this loop's, not a timer in the pump: the
+        # runner ends the attempt, then stops the stream (one timer less per attempt).
+        give_up_at = loop.time() + self.held.spec.timeout_s
         try:
             while True:
                 # Everything that arrived since the last look, at once; nothing by the time the
                 # oldest pending delta has waited long enough means flush it.
-                messages = await self._inbox.take(coalescer.due_at)
-                if not messages and not await self._flushed():
-                    return LeaseLost("a token write was refused: the job moved on")
+                due_at = coalescer.due_at
+                messages = await self._inbox.take(
+                    give_up_at if due_at is None else min(due_at, give_up_at)
+                )
                 now = loop.time()
+                if not messages:
+                    if now >= give_up_at:
+                        return self._timed_out()
+                    if not await self._flushed():
+                        return LeaseLost("a token write was refused: the job moved on")
                 for message in messages:
                     if not isinstance(message, TextDelta):
                         return message  # its pending deltas are written as it settles
@@ -185,32 +194,32 @@ class AttemptRunner:
                         if not await self._flushed():
                             return LeaseLost("a token write was refused: the job moved on")
                         now = loop.time()
+                if now >= give_up_at:
+                    return self._timed_out()  # deltas kept coming until the limit
         finally:
             self._lease.release()
             await self._stop(pump)
 
     async def _pump(self) -> None:
         """Move the provider's stream into the inbox; its end or failure is the last message."""
-        timeout_s = self.held.spec.timeout_s
         stream = self._provider.stream(self._request)
         ending: Ending = StreamEnded()
         try:
-            async with asyncio.timeout(timeout_s):
-                async for item in stream:
-                    if isinstance(item, Usage):
-                        self._usage = item
-                    elif "\x00" in item.text:
-                        # PostgreSQL's jsonb cannot hold U+0000: every flush of this text failed
-                        # and the job was retried to death, paying the provider each time.
-                        # Replaced once, here, so that the log and the result agree.
-                        self._inbox.put_nowait(TextDelta(item.text.replace("\x00", "\ufffd")))
-                    else:
-                        self._inbox.put_nowait(item)
+            async for item in stream:
+                if isinstance(item, Usage):
+                    self._usage = item
+                elif "\x00" in item.text:
+                    # PostgreSQL's jsonb cannot hold U+0000: every flush of this text failed and
+                    # the job was retried to death, paying the provider each time. Replaced
+                    # once, here, so that the log and the result agree.
+                    self._inbox.put_nowait(TextDelta(item.text.replace("\x00", "\ufffd")))
+                else:
+                    self._inbox.put_nowait(item)
         except ProviderError as exc:
             ending = StreamFailed(Failure.from_provider(exc))
         except TimeoutError:
-            sent = self._request.send_mark.sent
-            ending = StreamFailed(Failure.timed_out(timeout_s, request_sent=sent))
+            # A timeout of the provider's own making counts as the attempt's.
+            ending = self._timed_out()
         except Exception as exc:
             log.exception("provider_stream_crashed")
             ending = StreamFailed(Failure.internal(exc))
@@ -218,6 +227,10 @@ class AttemptRunner:
             await _close(stream)
         # Always posted (unless we were cancelled): the runner's loop waits for it.
         self._inbox.put_nowait(ending)
+
+    def _timed_out(self) -> StreamFailed:
+        sent = self._request.send_mark.sent
+        return StreamFailed(Failure.timed_out(self.held.spec.timeout_s, request_sent=sent))
 
     async def _stop(self, pump: asyncio.Task[None]) -> None:
         stream_running = not pump.done()
