@@ -778,8 +778,10 @@ SELECT id, 'job.' || status, webhook_url,
 
 # Claim due deliveries. The claim commits before any request is sent, so no transaction stays
 # open across the network: it counts the attempt and pushes next_attempt_at past the request's
-# timeout ($3 s), which keeps other workers off the row while it is in flight and retries it if
-# this worker dies mid-request (at-least-once delivery).
+# deadline ($3 s), which keeps other workers off the row while it is in flight and retries it if
+# this worker dies mid-request (at-least-once delivery). The new attempts and next_attempt_at
+# are the claim's fence: every mark below names them, so a sender whose hold ran out (and whose
+# row another claim took) changes nothing.
 CLAIM_WEBHOOK_DELIVERIES = """
 WITH due AS (
     SELECT id
@@ -795,7 +797,8 @@ UPDATE webhook_deliveries d
    SET attempts = d.attempts + 1, next_attempt_at = {now} + make_interval(secs => $3)
   FROM due, jobs j, tenants t
  WHERE d.id = due.id AND j.id = d.job_id AND t.id = j.tenant_id
-RETURNING d.id, d.url, d.payload, d.attempts, j.tenant_id, t.webhook_secret
+RETURNING d.id, d.url, d.payload, d.attempts, d.next_attempt_at AS held_until, j.tenant_id,
+          t.webhook_secret
 """.format(now=NOW.format("$1"))
 
 # A tenant with no secret and no JOBSTREAM_WEBHOOK_SECRET gets one, once: coalesce keeps the
@@ -805,19 +808,25 @@ UPDATE tenants SET webhook_secret = coalesce(webhook_secret, $2) WHERE id = $1
 RETURNING webhook_secret
 """
 
+# Fenced on the claim ($3 attempts, $4 its hold): no row when another claim has taken it since.
+# The attempt number alone tells claims apart (only a claim changes it); the hold also guards
+# against a row whose attempts were ever reset.
 MARK_WEBHOOK_DELIVERED = """
 UPDATE webhook_deliveries
    SET status = 'delivered', last_status_code = $2, last_error = NULL
- WHERE id = $1
+ WHERE id = $1 AND status = 'pending' AND attempts = $3 AND next_attempt_at = $4
+RETURNING id
 """
 
-# A failed try: retry at $5 s from now, or give up ($4) as `failed`.
+# A failed try: retry at $5 s from now, or give up ($4) as `failed`. Fenced on the claim as
+# above ($7, $8): a late sender's failure must not turn a delivered row back to pending.
 MARK_WEBHOOK_FAILED_TRY = """
 UPDATE webhook_deliveries
    SET status = CASE WHEN $4 THEN 'failed' ELSE 'pending' END,
        next_attempt_at = {now} + make_interval(secs => $5),
        last_status_code = $2, last_error = $3
- WHERE id = $1
+ WHERE id = $1 AND status = 'pending' AND attempts = $7 AND next_attempt_at = $8
+RETURNING id
 """.format(now=NOW.format("$6"))
 
 # --- tenants and their API keys (jobstream/tenants.py) ---

@@ -69,6 +69,28 @@ class Settings:
         "Largest body of POST /api/jobs/batch (up to 1,000 jobs), bytes (413).",
         minimum=1,
     )
+    max_connections: int | None = _setting(
+        "JOBSTREAM_MAX_CONNECTIONS",
+        None,
+        "Connections the server serves at once, open SSE streams included; a request on one "
+        "more is answered 503. Unset: half the open-file limit (raised to the hard limit at "
+        "start), at most 10,000.",
+        minimum=1,
+    )
+    head_timeout_s: float = _setting(
+        "JOBSTREAM_HEAD_TIMEOUT_S",
+        10.0,
+        "Seconds a connection has to send a whole request head, from when it opens or its "
+        "previous response ends; then the server closes it.",
+        minimum=0.1,
+    )
+    keep_alive_s: int = _setting(
+        "JOBSTREAM_KEEP_ALIVE_S",
+        5,
+        "Seconds an idle connection stays open after a response (a proxy's upstream keep-alive "
+        "must be shorter).",
+        minimum=1,
+    )
     require_idempotency_key: bool = _setting(
         "JOBSTREAM_REQUIRE_IDEMPOTENCY_KEY", False, "Reject job creation without Idempotency-Key."
     )
@@ -80,6 +102,27 @@ class Settings:
     )
     default_provider: str = _setting(
         "JOBSTREAM_DEFAULT_PROVIDER", "simulated", "Provider used when a job names none."
+    )
+    simulated: bool = _setting(
+        "JOBSTREAM_SIMULATED",
+        True,
+        "Offer the simulated provider (tests, demos). Production sets false: a job naming it, "
+        "or sending a `simulate` object, is then refused (422).",
+    )
+    simulated_usd_per_mtok: float = _setting(
+        "JOBSTREAM_SIMULATED_USD_PER_MTOK",
+        2.0,
+        "Price of one million simulated output tokens, USD; a job cannot choose its own. Give "
+        "server and worker the same value.",
+        minimum=0,
+    )
+    simulated_max_s: float = _setting(
+        "JOBSTREAM_SIMULATED_MAX_S",
+        300.0,
+        "Longest a simulated attempt may be asked to last, seconds: its first-token delay plus "
+        "its tokens at its rate, a fault's retry_after_s, and the timeout_s a `timeout` fault "
+        "hangs for are each refused (422) above it.",
+        minimum=0,
     )
     worker_id: str | None = _setting(
         "JOBSTREAM_WORKER_ID", None, "Name of this worker process (default: host:pid)."
@@ -222,10 +265,15 @@ class Settings:
     webhook_allow_private: bool = _setting(
         "JOBSTREAM_WEBHOOK_ALLOW_PRIVATE",
         False,
-        "Deliver webhooks to private, loopback and link-local addresses (off: refused, SSRF).",
+        "Deliver webhooks to addresses that are not globally routable: private, loopback, "
+        "link-local, shared (100.64/10) and the like. Off: the worker refuses them (SSRF), and the "
+        "server refuses a webhook_url naming one literally at create (422); give both the same.",
     )
     webhook_timeout_s: float = _setting(
-        "JOBSTREAM_WEBHOOK_TIMEOUT_S", 10.0, "Seconds one webhook request may take.", minimum=0.1
+        "JOBSTREAM_WEBHOOK_TIMEOUT_S",
+        10.0,
+        "Seconds one webhook try may take, DNS lookup and POST together (one deadline).",
+        minimum=0.1,
     )
     webhook_max_attempts: int = _setting(
         "JOBSTREAM_WEBHOOK_MAX_ATTEMPTS",
@@ -265,6 +313,11 @@ class Settings:
         if self.webhook_backoff_base_s > self.webhook_backoff_max_s:
             problems.append(
                 "JOBSTREAM_WEBHOOK_BACKOFF_BASE_S must not exceed JOBSTREAM_WEBHOOK_BACKOFF_MAX_S"
+            )
+        if not self.simulated and self.default_provider == "simulated":
+            problems.append(
+                "JOBSTREAM_DEFAULT_PROVIDER is simulated, which JOBSTREAM_SIMULATED=false switches "
+                "off: name another provider"
             )
         if self.log_level not in {"debug", "info", "warning", "error"}:
             problems.append(f"JOBSTREAM_LOG_LEVEL: unknown level {self.log_level!r}")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sys
 
+import structlog
 import uvicorn
 
 from jobstream import logs
 from jobstream.settings import Settings
+from server import connections
 from server.app import create_app
 from server.shutdown import DrainingServer
 
@@ -17,6 +19,21 @@ def main() -> int:
     if settings is None:
         return 2
     logs.configure(settings.log_level, json=settings.log_json)
+    open_files = connections.raise_open_file_limit()
+    max_connections = connections.connection_limit(settings.max_connections, open_files)
+    log = structlog.get_logger("server")
+    log.info(
+        "connection_limits",
+        open_files=open_files,
+        max_connections=max_connections,
+        head_timeout_s=settings.head_timeout_s,
+        keep_alive_s=settings.keep_alive_s,
+    )
+    if max_connections > open_files:
+        log.warning(
+            "max_connections_above_open_files",
+            detail="JOBSTREAM_MAX_CONNECTIONS is more than the open-file limit can hold",
+        )
     config = uvicorn.Config(
         create_app(settings),
         host=settings.host,
@@ -24,6 +41,11 @@ def main() -> int:
         log_config=None,  # our structlog handlers format uvicorn's records too
         timeout_graceful_shutdown=5,
         lifespan="on",
+        # uvicorn counts the connection asking among the open ones: one more lets exactly
+        # max_connections be served, and a request on the next one is answered 503.
+        limit_concurrency=max_connections + 1,
+        timeout_keep_alive=settings.keep_alive_s,
+        http=connections.http_protocol(settings.head_timeout_s),
     )
     DrainingServer(config).run()
     return 0

@@ -20,6 +20,7 @@ from server.auth import tenant_id
 from server.jobs_api import read_body, refusal_problem, require_json, reservation
 from server.problems import Problem
 from server.responses import json_response
+from server.simulated_rules import SimulatedRules
 from server.state import state
 
 log = structlog.get_logger(__name__)
@@ -73,5 +74,10 @@ def _new_job(request: Request, item: object) -> jobs.NewJob:
             "idempotency_key must be a string.",
         )  # fmt: skip
     key = validation.idempotency_key(raw_key, required=settings.require_idempotency_key)
-    spec = validation.job_spec(fields, default_provider=settings.default_provider)
+    spec = validation.job_spec(
+        fields,
+        default_provider=settings.default_provider,
+        simulated=SimulatedRules.of(settings),
+        allow_private_webhooks=settings.webhook_allow_private,
+    )
     return jobs.NewJob(spec, key, reservation(request, spec))

@@ -20,6 +20,7 @@ from server import representation, validation
 from server.auth import tenant_id
 from server.problems import Problem, not_found
 from server.responses import json_response
+from server.simulated_rules import SimulatedRules
 from server.state import state
 from worker.providers.base import ProviderRequest
 
@@ -90,7 +91,12 @@ async def create_job(request: Request) -> Response:
         request.headers.get("idempotency-key"), required=app.settings.require_idempotency_key
     )
     body = validation.parse_json(await read_body(request, app.settings.max_body_bytes))
-    spec = validation.job_spec(body, default_provider=app.settings.default_provider)
+    spec = validation.job_spec(
+        body,
+        default_provider=app.settings.default_provider,
+        simulated=SimulatedRules.of(app.settings),
+        allow_private_webhooks=app.settings.webhook_allow_private,
+    )
     try:
         outcome = await jobs.create(
             app.pool, tenant, spec, key, reserved_usd=reservation(request, spec), clock=app.clock,

@@ -9,6 +9,8 @@ import orjson
 
 from jobstream.jobspec import JobSpec
 from server.problems import Problem
+from server.simulated_rules import SimulatedRules
+from worker import webhook_targets
 
 PROVIDERS = ("simulated", "openai")
 METADATA_MAX_BYTES = 4096
@@ -127,7 +129,14 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def job_spec(body: dict[str, Any], *, default_provider: str) -> JobSpec:
+def job_spec(
+    body: dict[str, Any],
+    *,
+    default_provider: str,
+    simulated: SimulatedRules,
+    allow_private_webhooks: bool = False,
+) -> JobSpec:
+    """The job `body` asks for; `allow_private_webhooks` is JOBSTREAM_WEBHOOK_ALLOW_PRIVATE."""
     fields = _Fields(body)
     known = {
         "prompt", "provider", "model", "max_tokens", "priority", "max_attempts",
@@ -148,11 +157,21 @@ def job_spec(body: dict[str, Any], *, default_provider: str) -> JobSpec:
     webhook_url = fields.string("webhook_url", None, lo=1, hi=2000)
     if webhook_url is not None and not webhook_url.startswith(("http://", "https://")):
         fields.error("webhook_url", "must be an http:// or https:// URL")
+    elif webhook_url is not None:
+        # A forbidden literal address is refused now, so the client hears of it instead of the
+        # delivery failing later; a host name is judged by the worker when it resolves it.
+        refusal = webhook_targets.url_refusal(webhook_url, allow_private=allow_private_webhooks)
+        if refusal is not None:
+            fields.error("webhook_url", refusal)
     metadata = fields.obj("metadata")
     if len(orjson.dumps(metadata)) > METADATA_MAX_BYTES:
         fields.error("metadata", f"must be at most {METADATA_MAX_BYTES} bytes as JSON")
     simulate = fields.obj("simulate")
     _check_simulate(fields, simulate)
+    for name, message in simulated.refusals(
+        provider=provider, simulate=simulate, max_tokens=max_tokens, timeout_s=timeout_s
+    ):
+        fields.error(name, message)
     run_at = _run_at(fields)
     delay_s = None
     if body.get("delay_s") is not None:
@@ -215,7 +234,6 @@ def _check_simulate(fields: _Fields, simulate: dict[str, Any]) -> None:
     sim.number("tokens_per_second", 40, lo=0, hi=100_000)
     sim.integer("tokens", 1, lo=0, hi=1_000_000)
     sim.number("first_token_delay_s", 0.2, lo=0, hi=3600)
-    sim.number("cost_per_token", 0.000002, lo=0, hi=1)
     if simulate.get("pattern", "words") not in ("words", "count"):
         sim.error("pattern", "must be words or count")
     faults = simulate.get("faults", [])

@@ -2,14 +2,21 @@
 
 One loop per worker claims due rows (`FOR UPDATE SKIP LOCKED`, so workers share the work),
 posts each with Standard Webhooks headers, and records the answer: 2xx is `delivered`; anything
-else retries with jittered exponential backoff until `webhook_max_attempts`, then `failed`.
-Delivery is at least once: receivers dedupe on `webhook-id`, which stays the same across retries.
+else, a host that does not resolve included, retries with jittered exponential backoff until
+`webhook_max_attempts`, then `failed`. A forbidden target (worker/webhook_targets.py) is given up
+at once. Delivery is at least once: receivers dedupe on `webhook-id`, which stays the same across
+retries.
+
+A claim holds its row for the try's deadline plus a margin; every mark of the outcome is fenced
+on the claim (jobstream/queries.py), so a sender that outlived its hold records nothing over the
+claim that took the row after it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +35,32 @@ log = structlog.get_logger(__name__)
 
 BATCH = 20
 _MAX_ERROR_CHARS = 500
+# How long past a try's deadline its claim still holds the row: time to record the outcome
+# before another worker may claim it.
+RECORD_MARGIN_S = 30.0
+
+
+@dataclass(frozen=True)
+class Delivered:
+    status_code: int
+
+
+@dataclass(frozen=True)
+class FailedTry:
+    """Try again after a backoff, unless the attempts are used up."""
+
+    error: str
+    status_code: int | None = None
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """No retry can succeed: the target is forbidden, or the URL is unusable."""
+
+    error: str
+
+
+Outcome = Delivered | FailedTry | GiveUp
 
 
 class WebhookSender:
@@ -39,6 +72,11 @@ class WebhookSender:
         self._clock = clock
         self._rng = rng
         self._backoff = Backoff(settings.webhook_backoff_base_s, settings.webhook_backoff_max_s)
+
+    @property
+    def hold_s(self) -> float:
+        """How long a claim keeps other workers off its row."""
+        return self._settings.webhook_timeout_s + RECORD_MARGIN_S
 
     async def run(self) -> None:
         """Deliver until cancelled; a full batch means more are due, so look again at once."""
@@ -62,39 +100,46 @@ class WebhookSender:
 
     async def deliver_due(self, http: httpx.AsyncClient) -> int:
         """Claim the due deliveries and send them concurrently; returns how many were claimed."""
-        # In flight until the timeout, plus a margin for recording the answer.
-        hold_s = self._settings.webhook_timeout_s + 30.0
         rows = await self._pool.fetch(
-            queries.CLAIM_WEBHOOK_DELIVERIES, self._clock.now(), BATCH, hold_s
+            queries.CLAIM_WEBHOOK_DELIVERIES, self._clock.now(), BATCH, self.hold_s
         )
         await asyncio.gather(*(self._deliver(http, row) for row in rows))
         return len(rows)
 
     async def _deliver(self, http: httpx.AsyncClient, row: asyncpg.Record) -> None:
-        delivery_id: int = row["id"]
+        await self._record(row, await self._try(http, row))
+
+    async def _try(self, http: httpx.AsyncClient, row: asyncpg.Record) -> Outcome:
         url: str = row["url"]
+        timeout_s = self._settings.webhook_timeout_s
+        # One deadline for the lookup and the POST together, shorter than the hold: httpx's
+        # timeout bounds each phase (connect, each read), so a receiver trickling its answer
+        # would otherwise keep one POST going long past the claim.
+        deadline = asyncio.get_running_loop().time() + timeout_s
         if not self._settings.webhook_allow_private:
-            refused = await webhook_targets.refusal(url)
-            if refused is not None:
-                # Retrying cannot make the target acceptable: give up now, send nothing.
-                await self._failed(delivery_id, row["attempts"], None, refused, give_up=True)
-                return
+            match await webhook_targets.check(url, timeout_s=timeout_s):
+                case webhook_targets.Refused(reason):
+                    return GiveUp(reason)
+                case webhook_targets.Unresolved(reason):
+                    return FailedTry(reason)  # a resolver outage heals: retry with backoff
+                case None:
+                    pass
         body = orjson.dumps(row["payload"])
         headers = await self._headers(row, body)
         try:
-            response = await http.post(url, content=body, headers=headers)
+            async with asyncio.timeout_at(deadline):
+                response = await http.post(url, content=body, headers=headers)
+        except TimeoutError:
+            return FailedTry(f"no answer within the {timeout_s:g} s deadline")
+        except httpx.InvalidURL as exc:
+            return GiveUp(f"webhook URL is not valid: {exc}")
         except httpx.HTTPError as exc:
-            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            await self._failed(delivery_id, row["attempts"], None, error)
-            return
+            return FailedTry(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
         if response.is_success:
-            await self._pool.execute(
-                queries.MARK_WEBHOOK_DELIVERED, delivery_id, response.status_code
-            )
-            log.info("webhook_delivered", delivery_id=delivery_id, attempts=row["attempts"])
-        else:
-            error = f"HTTP {response.status_code}: {response.text[:200]}"
-            await self._failed(delivery_id, row["attempts"], response.status_code, error)
+            return Delivered(response.status_code)
+        return FailedTry(
+            f"HTTP {response.status_code}: {response.text[:200]}", response.status_code
+        )
 
     async def _headers(self, row: asyncpg.Record, body: bytes) -> dict[str, str]:
         secret = await self._secret(row)
@@ -120,25 +165,54 @@ class WebhookSender:
         )
         return stored
 
-    async def _failed(
-        self,
-        delivery_id: int,
-        attempts: int,
-        status_code: int | None,
-        error: str,
-        *,
-        give_up: bool = False,
-    ) -> None:
-        give_up = give_up or attempts >= self._settings.webhook_max_attempts
+    async def _record(self, row: asyncpg.Record, outcome: Outcome) -> None:
+        """Write the outcome over this claim, unless another claim has taken the row since."""
+        delivery_id: int = row["id"]
+        attempts: int = row["attempts"]
+        fields: dict[str, Any] = {"delivery_id": delivery_id, "attempts": attempts}
+        match outcome:
+            case Delivered(status_code):
+                marked = await self._pool.fetchval(
+                    queries.MARK_WEBHOOK_DELIVERED,
+                    delivery_id,
+                    status_code,
+                    attempts,
+                    row["held_until"],
+                )
+                event = "webhook_delivered"
+            case FailedTry(error, status_code):
+                give_up = attempts >= self._settings.webhook_max_attempts
+                marked = await self._mark_failed(row, error, status_code, give_up=give_up)
+                event = "webhook_failed" if give_up else "webhook_retrying"
+                fields["error"] = error
+            case GiveUp(error):
+                marked = await self._mark_failed(row, error, None, give_up=True)
+                event = "webhook_failed"
+                fields["error"] = error
+        if marked is None:
+            # Our hold ran out and another claim took the row: its outcome is the one that
+            # counts (a success of ours may be sent again; receivers dedupe on webhook-id).
+            log.warning("webhook_outcome_fenced", outcome=event, **fields)
+        elif event == "webhook_delivered":
+            log.info(event, **fields)
+        else:
+            log.warning(event, **fields)
+
+    async def _mark_failed(
+        self, row: asyncpg.Record, error: str, status_code: int | None, *, give_up: bool
+    ) -> int | None:
+        """Record a failed try (retry after a backoff, or `failed`); None when fenced off."""
+        attempts: int = row["attempts"]
         delay = 0.0 if give_up else self._backoff.delay(attempts, self._rng)
-        await self._pool.execute(
+        marked: int | None = await self._pool.fetchval(
             queries.MARK_WEBHOOK_FAILED_TRY,
-            delivery_id,
+            row["id"],
             status_code,
             error[:_MAX_ERROR_CHARS],
             give_up,
             delay,
             self._clock.now(),
+            attempts,
+            row["held_until"],
         )
-        fields: dict[str, Any] = {"delivery_id": delivery_id, "attempts": attempts, "error": error}
-        log.warning("webhook_failed" if give_up else "webhook_retrying", **fields)
+        return marked

@@ -6,6 +6,7 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -14,13 +15,18 @@ from server.shutdown import DrainingServer
 
 
 @asynccontextmanager
-async def serve(app: ASGIApp, *, startup_timeout_s: float = 30) -> AsyncIterator[str]:
-    """Yield the base URL while uvicorn serves `app`; shut it down after."""
+async def serve(
+    app: ASGIApp, *, startup_timeout_s: float = 30, **options: Any
+) -> AsyncIterator[str]:
+    """Yield the base URL while uvicorn serves `app`; shut it down after. `options` are more
+    uvicorn.Config arguments."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_config=None, lifespan="on", timeout_graceful_shutdown=2)
+    config = uvicorn.Config(
+        app, log_config=None, lifespan="on", timeout_graceful_shutdown=2, **options
+    )
     # Tells an app from create_app that it is stopping, so its open streams end at once.
     server = DrainingServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")

@@ -39,3 +39,25 @@ def test_secrets_stay_out_of_repr() -> None:
 def test_describe_lists_every_variable() -> None:
     text = Settings.describe()
     assert "DATABASE_URL" in text and "JOBSTREAM_LEASE_S" in text
+
+
+def test_connection_settings_default_to_a_derived_cap_and_a_head_deadline() -> None:
+    defaults = Settings.from_env({})
+    assert (defaults.max_connections, defaults.head_timeout_s, defaults.keep_alive_s) == (
+        None,
+        10.0,
+        5,
+    )
+    set_ = Settings.from_env({"JOBSTREAM_MAX_CONNECTIONS": "500", "JOBSTREAM_HEAD_TIMEOUT_S": "2"})
+    assert (set_.max_connections, set_.head_timeout_s) == (500, 2.0)
+    with pytest.raises(SettingsError, match="JOBSTREAM_MAX_CONNECTIONS='0': must be at least 1"):
+        Settings.from_env({"JOBSTREAM_MAX_CONNECTIONS": "0"})
+
+
+def test_switching_the_simulator_off_needs_another_default_provider() -> None:
+    with pytest.raises(SettingsError, match="JOBSTREAM_DEFAULT_PROVIDER is simulated"):
+        Settings.from_env({"JOBSTREAM_SIMULATED": "false"})
+    production = Settings.from_env(
+        {"JOBSTREAM_SIMULATED": "false", "JOBSTREAM_DEFAULT_PROVIDER": "openai"}
+    )
+    assert (production.simulated, production.default_provider) == (False, "openai")

@@ -153,7 +153,6 @@ async def test_timeout_fault_hangs_until_the_consumer_times_out() -> None:
         {"pattern": "poems"},
         {"faults": [{"kind": "meteor"}]},
         {"faults": "transient"},
-        {"cost_per_token": "cheap"},
     ],
 )
 async def test_invalid_simulation_is_a_permanent_error(simulate: dict[str, Any]) -> None:
@@ -163,7 +162,15 @@ async def test_invalid_simulation_is_a_permanent_error(simulate: dict[str, Any])
     assert caught.value.status_code == 400
 
 
-def test_estimate_cost_uses_the_jobs_price() -> None:
-    provider = instant()
-    assert provider.estimate_cost(request({}), 10) == Decimal("0.000020")
-    assert provider.estimate_cost(request({"cost_per_token": 0.5}), 3) == Decimal("1.5")
+def test_the_default_price_is_two_dollars_a_million_tokens() -> None:
+    assert instant().estimate_cost(request({}), 10) == Decimal("0.000020")
+
+
+async def test_the_price_is_the_servers_never_the_jobs() -> None:
+    # Regression (issue 9, defect 10): a job set its own price with simulate.cost_per_token.
+    # The server refuses that field now; a job stored before still has it, and it is ignored.
+    provider = SimulatedProvider(usd_per_mtok=Decimal("0.15"), sleep=RecordedSleeps())
+    asks_free = request({"tokens": 4, "tokens_per_second": 0, "cost_per_token": 0})
+    assert provider.estimate_cost(asks_free, 4) == Decimal("0.0000006")
+    items = await collect(provider, asks_free)
+    assert isinstance(items[-1], Usage) and items[-1].cost_usd == Decimal("0.0000006")

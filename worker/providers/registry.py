@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
 
 from jobstream.settings import Settings
 from worker.providers.base import Provider
@@ -11,8 +12,17 @@ from worker.providers.simulated import SimulatedProvider
 
 
 def build_providers(settings: Settings) -> dict[str, Provider]:
-    """Every provider this worker runs, by the name jobs use in their `provider` field."""
-    return {"simulated": SimulatedProvider(), "openai": OpenAIProvider(settings)}
+    """Every provider this worker runs, by the name jobs use in their `provider` field.
+
+    Without the simulator (JOBSTREAM_SIMULATED=false), a worker leaves simulated jobs queued
+    for a worker that runs it, and the server refuses to create them.
+    """
+    providers: dict[str, Provider] = {"openai": OpenAIProvider(settings)}
+    if settings.simulated:
+        # Through its decimal text, as the OpenAI prices: 0.15 stays exactly 0.15.
+        price = Decimal(str(settings.simulated_usd_per_mtok))
+        providers["simulated"] = SimulatedProvider(usd_per_mtok=price)
+    return providers
 
 
 async def close_providers(providers: Mapping[str, Provider]) -> None:

@@ -3,7 +3,9 @@
 It is the default for `make run` and the tests, so it must behave like a real provider where it
 matters to the runner: output arrives over time, a failure can happen mid-stream, a hang lasts
 until the attempt's timeout, and cancelling the consumer stops the generation. The job's
-`simulate` object (API.md, "The simulated provider") drives it.
+`simulate` object (API.md, "The simulated provider") drives it; its price is the server's
+(JOBSTREAM_SIMULATED_USD_PER_MTOK), never the job's: a `cost_per_token` stored by a job created
+before the server refused it is ignored.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Final, Literal, TypeVar, cast, get_args
 
 from jobstream.errors import ProviderError
@@ -21,7 +23,10 @@ from worker.providers.base import ProviderRequest, StreamItem, TextDelta
 FaultKind = Literal["transient", "rate_limited", "permanent", "timeout", "drop"]
 Pattern = Literal["words", "count"]
 
-DEFAULT_COST_PER_TOKEN: Final = Decimal("0.000002")
+DEFAULT_USD_PER_MTOK: Final = Decimal(2)
+DEFAULT_TOKENS_PER_SECOND: Final = 40.0
+DEFAULT_FIRST_TOKEN_DELAY_S: Final = 0.2
+_MILLION: Final = Decimal(1_000_000)
 Num = TypeVar("Num", int, float)
 
 # Used by the "words" pattern when the prompt has no words of its own.
@@ -49,7 +54,6 @@ class Simulation:
     pattern: Pattern
     first_token_delay_s: float
     faults: tuple[Fault, ...]
-    cost_per_token: Decimal
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any], max_tokens: int) -> Simulation:
@@ -61,15 +65,22 @@ class Simulation:
         faults = raw.get("faults", [])
         if not isinstance(faults, list):
             raise InvalidSimulation("simulate.faults must be a list")
-        cost = _cost_per_token(raw)
         return cls(
-            tokens_per_second=_number(raw, "tokens_per_second", 40.0, float),
+            tokens_per_second=_number(raw, "tokens_per_second", DEFAULT_TOKENS_PER_SECOND, float),
             tokens=tokens,
             pattern=pattern,
-            first_token_delay_s=_number(raw, "first_token_delay_s", 0.2, float),
+            first_token_delay_s=_number(
+                raw, "first_token_delay_s", DEFAULT_FIRST_TOKEN_DELAY_S, float
+            ),
             faults=tuple(_fault(f) for f in faults),
-            cost_per_token=cost,
         )
+
+    @property
+    def run_s(self) -> float:
+        """How long an attempt without faults takes: the first-token delay, then a pause
+        between each two tokens."""
+        pauses = max(self.tokens - 1, 0) / self.tokens_per_second if self.tokens_per_second else 0
+        return self.first_token_delay_s + pauses
 
     def fault_for(self, attempt: int) -> Fault | None:
         """The first fault listed for this attempt, if any."""
@@ -147,7 +158,13 @@ class SimulatedProvider:
 
     name = "simulated"
 
-    def __init__(self, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        *,
+        usd_per_mtok: Decimal = DEFAULT_USD_PER_MTOK,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._price_per_token = usd_per_mtok / _MILLION
         # Injected so unit tests can count the pauses instead of sitting through them.
         self._sleep = sleep
 
@@ -181,7 +198,7 @@ class SimulatedProvider:
         yield Usage(
             input_tokens=len(request.prompt.split()),
             output_tokens=sim.tokens,
-            cost_usd=sim.cost_per_token * sim.tokens,
+            cost_usd=self._price_per_token * sim.tokens,
             cost_known=True,
         )
 
@@ -190,19 +207,4 @@ class SimulatedProvider:
         await (self._sleep(seconds) if seconds > 0 else asyncio.sleep(0))
 
     def estimate_cost(self, request: ProviderRequest, output_tokens: int) -> Decimal:
-        # Only the price: the server prices every job it creates, a thousand in a batch.
-        try:
-            price = _cost_per_token(request.simulate)
-        except InvalidSimulation:
-            price = DEFAULT_COST_PER_TOKEN
-        return price * output_tokens
-
-
-def _cost_per_token(raw: Mapping[str, Any]) -> Decimal:
-    try:
-        cost = Decimal(str(raw.get("cost_per_token", DEFAULT_COST_PER_TOKEN)))
-    except InvalidOperation as exc:
-        raise InvalidSimulation("simulate.cost_per_token must be a number") from exc
-    if not cost.is_finite() or cost < 0:
-        raise InvalidSimulation("simulate.cost_per_token must be a non-negative number")
-    return cost
+        return self._price_per_token * output_tokens
