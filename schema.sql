@@ -2,7 +2,7 @@
 -- A fresh database gets this file whole; an older one gets the migrations/ after its recorded
 -- version (jobstream/migrations.py, docs/operations.md). Change both together: a test checks
 -- that the migrations lead to exactly this schema.
--- schema-version: 2
+-- schema-version: 3
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -77,6 +77,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     cancel_requested_at timestamptz,
     -- Per-job event sequence; allocated by UPDATE ... RETURNING in the appending transaction.
     last_seq            bigint NOT NULL DEFAULT 0,
+    -- How many characters of attempt `text_attempt`'s text are in the log (another attempt's
+    -- count reads as 0). A token append names the offset it expects and lands only there
+    -- (queries.APPEND_TOKENS): a write in doubt that commits late cannot store its text twice.
+    text_attempt        integer NOT NULL DEFAULT 0,
+    text_chars          bigint NOT NULL DEFAULT 0,
     webhook_url         text,
     -- Money: the estimate of one attempt's maximum price, reserved from the tenant's budget at
     -- create; `reserved_usd` is what is still held (0 once charged or released); `charged_usd`
@@ -84,6 +89,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     estimate_usd        numeric(18, 8) NOT NULL DEFAULT 0 CHECK (estimate_usd >= 0),
     reserved_usd        numeric(18, 8) NOT NULL DEFAULT 0 CHECK (reserved_usd >= 0),
     charged_usd         numeric(18, 8),
+    -- An operator's retry of a dead job is a new job: `retry_of` names the dead one on the new
+    -- job, `retried_as` the new one on the dead job (set once, under the dead job's row lock).
+    -- Each job keeps one log ending in one `done` and sends one terminal webhook. No foreign
+    -- keys: retention deletes jobs, and a link to a pruned job reads as a 404.
+    retry_of            uuid,
+    retried_as          uuid,
     created_at          timestamptz NOT NULL DEFAULT now(),
     started_at          timestamptz,
     finished_at         timestamptz,
@@ -190,4 +201,4 @@ CREATE OR REPLACE FUNCTION job_webhook_payload(
                         ELSE jsonb_build_object('error', error) END)
 $$;
 
-INSERT INTO schema_version (version) VALUES (2) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (3) ON CONFLICT (version) DO NOTHING;

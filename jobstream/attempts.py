@@ -196,22 +196,41 @@ async def renew_many(
     return Renewal(renewed, busy)
 
 
-async def append_tokens(pool: asyncpg.Pool, held: Claimed, texts: Sequence[str]) -> int:
-    """One flush: all pending deltas in one short transaction."""
+async def append_tokens(
+    pool: asyncpg.Pool, held: Claimed, texts: Sequence[str], *, at: int
+) -> int | None:
+    """One flush: all pending deltas in one short transaction, as the text after offset `at`.
+
+    `at` is how many characters of this attempt's text the caller knows are in the log. Returns
+    the new last_seq; or None, having written nothing, when the log holds another amount (a
+    write in doubt landed after all): read written_chars and write what is missing. Raises
+    Fenced when the attempt no longer holds the job.
+    """
+    if not texts:
+        raise ValueError("append_tokens needs at least one chunk")
+    end = at + sum(len(text) for text in texts)
     async with pool.acquire() as conn:
-        return await events.append(
-            conn,
-            held.job_id,
-            held.attempt,
-            [NewEvent("token", {"text": t}) for t in texts],
-            run_token=held.run_token,
+        row = await conn.fetchrow(
+            queries.APPEND_TOKENS, held.job_id, held.run_token, list(texts), held.attempt, at, end
         )
+    if row is not None and row["last_seq"] is not None:
+        return int(row["last_seq"])
+    if row is None or not row["held"]:
+        raise Fenced(f"job {held.job_id}: run_token {held.run_token} no longer holds the job")
+    return None
 
 
 async def written_chars(pool: asyncpg.Pool, held: Claimed) -> int:
-    """Characters of this attempt's text already committed to the log."""
-    count: int = await pool.fetchval(queries.ATTEMPT_TEXT_LENGTH, held.job_id, held.attempt)
-    return count
+    """Characters of this attempt's text committed to the log: the offset its next append names.
+
+    Raises Fenced when the attempt no longer holds the job.
+    """
+    row = await pool.fetchrow(
+        queries.ATTEMPT_TEXT_WRITTEN, held.job_id, held.attempt, held.run_token
+    )
+    if row is None or not row["held"]:
+        raise Fenced(f"job {held.job_id}: run_token {held.run_token} no longer holds the job")
+    return int(row["chars"])
 
 
 async def _finish_attempt(

@@ -1,4 +1,4 @@
-"""`jobstream`: submit (one or a batch), follow, read and cancel jobs from a terminal or a script.
+"""`jobstream`: submit (one or a batch), follow, read, cancel and retry jobs from a terminal.
 
 Exit codes: 0 the job succeeded (or the request was done); 1 the job ended without success
 (failed, dead, cancelled); 2 the request was refused (unknown job, invalid input); 3 the server
@@ -23,6 +23,8 @@ from jobstream.follower import Follower, FollowError
 DEFAULT_URL = "http://127.0.0.1:8000"
 EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 BATCH_SIZE = 1000  # the most POST /api/jobs/batch takes
+# How `get` shows an operator's retry, which is a new job linked both ways.
+LINKS = (("retry of", "retry_of"), ("retried as", "retried_as"))
 
 
 class Refused(Exception):
@@ -79,6 +81,11 @@ def parser() -> argparse.ArgumentParser:
     get.add_argument("job_id")
     cancel = commands.add_parser("cancel", parents=[common], help="cancel a job")
     cancel.add_argument("job_id")
+    retry = commands.add_parser(
+        "retry", parents=[common], help="retry a dead job: the retry is a new job, linked to it"
+    )
+    retry.add_argument("job_id")
+    retry.add_argument("--follow", "-f", action="store_true", help="stream the new job's output")
     return top
 
 
@@ -122,6 +129,10 @@ async def _run(args: argparse.Namespace) -> int:
             job = await _request(client, "GET", f"/api/jobs/{args.job_id}")
             _print_job(job, json_lines=args.json)
             return EXIT_OK
+        if args.command == "retry":
+            # Safe to send again (_request does): a second request answers with the same retry.
+            job = await _request(client, "POST", f"/api/jobs/{args.job_id}/retry")
+            return await _started(client, job, follow=args.follow, json_lines=args.json)
         job = await _request(client, "POST", f"/api/jobs/{args.job_id}/cancel")
         if args.json:
             _emit(job)
@@ -146,15 +157,23 @@ async def _submit(client: httpx.AsyncClient, args: argparse.Namespace) -> int:
     # The key makes a retried POST (the first answer lost on the way) return the same job.
     key = args.idempotency_key or str(uuid.uuid4())
     job = await _request(client, "POST", "/api/jobs", json=body, headers={"Idempotency-Key": key})
-    if args.json:
+    return await _started(client, job, follow=args.follow, json_lines=args.json)
+
+
+async def _started(
+    client: httpx.AsyncClient, job: dict[str, Any], *, follow: bool, json_lines: bool
+) -> int:
+    """A job was made (a submit, a retry): say which, and follow it if asked."""
+    if json_lines:
         _emit(job)
-    elif args.follow:
-        print(f"job {job['id']}", file=sys.stderr)
+    elif follow:
+        retry_of = job.get("retry_of")
+        print(f"job {job['id']}" + (f" (retry of {retry_of})" if retry_of else ""), file=sys.stderr)
     else:
         print(job["id"])
-    if not args.follow:
+    if not follow:
         return EXIT_OK
-    return await _follow(client, job["id"], 0, json_lines=args.json)
+    return await _follow(client, job["id"], 0, json_lines=json_lines)
 
 
 async def _batch(client: httpx.AsyncClient, lines: BinaryIO, *, json_lines: bool) -> int:
@@ -241,6 +260,16 @@ async def _follow(client: httpx.AsyncClient, job_id: str, after: int, *, json_li
         f"{error.get('class', 'error')}: {error.get('message', '')}",
         file=sys.stderr,
     )
+    if done["status"] == "dead":
+        # An operator's retry is a new job, so this log ends here: the job resource links to it.
+        if "retried_as" not in done:
+            done = await _request(client, "GET", f"/api/jobs/{job_id}")
+        if done.get("retried_as"):
+            retry = done["retried_as"]
+            print(
+                f"jobstream: job {job_id} was retried as {retry}: jobstream follow {retry}",
+                file=sys.stderr,
+            )
     return EXIT_JOB_FAILED
 
 
@@ -315,8 +344,9 @@ def _print_job(job: dict[str, Any], *, json_lines: bool) -> None:
         rows.append(("run at", job["run_at"]))
     if job.get("error"):
         rows.append(("error", f"{job['error'].get('class')}: {job['error'].get('message')}"))
+    rows += [(name, job[key]) for name, key in LINKS if job.get(key)]
     for name, value in rows:
-        print(f"{name:<8}{value}")
+        print(f"{name:<11}{value}")
     text = (job.get("result") or {}).get("text", job["output"]["text"])
     if text:
         print()

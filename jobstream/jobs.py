@@ -303,12 +303,19 @@ async def cancel(
         return dict(job), False
 
 
-async def retry_dead(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID, clock: Clock) -> bool:
-    """Queue a `dead` job again with a fresh set of attempts. False when it is not dead.
+async def retry_dead(
+    pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID, clock: Clock
+) -> Created | None:
+    """An operator's retry of a `dead` job: a new job for the same work, linked both ways.
 
-    A retry holds the job's estimate again, so it passes the tenant's budget and create rate as
-    a create does (BudgetExceeded, RateLimited): with the tenant's own key, a retry was a way
-    past both. Locks the job's row, then the tenant's, the order every writer keeps.
+    The dead job stays as it ended (DESIGN.md §3: terminal states are final): its log keeps its
+    one `done` at its end, its followers and its webhook saw the end of that job. The new job
+    (`retry_of` the dead one, which gains `retried_as`) has its own log, attempts and webhook.
+    Returns it, `created` False when an earlier retry made it (a retried request makes no second
+    job); None when the job is not dead. A retry reserves the estimate again, so it passes the
+    tenant's budget and create rate as a create does (BudgetExceeded, RateLimited): with the
+    tenant's own key, a retry was a way past both. Locks the dead job's row, then the tenant's,
+    the order every writer keeps.
     """
     now = clock.now()
     async with pool.acquire() as conn, conn.transaction():
@@ -316,20 +323,17 @@ async def retry_dead(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID, cloc
         if job is None:
             raise JobNotFound(str(job_id))
         if job["status"] != "dead":
-            return False
+            return None
+        if job["retried_as"] is not None:
+            earlier = await conn.fetchrow(queries.SELECT_JOB, job["retried_as"], tenant_id)
+            # Retention may have deleted the retry: then there is nothing to replay.
+            return Created(dict(earlier), created=False) if earlier is not None else None
         await _check_limits(conn, tenant_id, job["estimate_usd"], now)
-        row = await conn.fetchrow(queries.RETRY_DEAD, job_id, now)
-        if row is None:
-            return False
-        await ledger.reserve_again(conn, job_id)
-        await events.append(
-            conn,
-            job_id,
-            row["attempts"],
-            [NewEvent("status", {"status": "queued", "reason": "operator retry"})],
-            run_token=None,
-        )
-        return True
+        row = await conn.fetchrow(queries.RETRY_DEAD, job_id, uuid.uuid4(), now)
+        assert row is not None  # the row is locked, dead and not retried
+        retry = dict(row)
+        del retry["pg_notify"]  # the statement's wake-up for workers, not a column
+        return Created(retry, created=True)
 
 
 async def _check_limits(conn: Conn, tenant_id: str, amount: Decimal, now: datetime | None) -> None:

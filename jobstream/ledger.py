@@ -21,7 +21,3 @@ async def charge(conn: Conn, job_id: uuid.UUID, price: Decimal) -> None:
 
 async def release(conn: Conn, job_id: uuid.UUID) -> None:
     await conn.execute(queries.RELEASE_RESERVATION, job_id)
-
-
-async def reserve_again(conn: Conn, job_id: uuid.UUID) -> None:
-    await conn.execute(queries.RESERVE_AGAIN, job_id)

@@ -79,12 +79,42 @@ JOB_LAST_SEQ = "SELECT last_seq FROM jobs WHERE id = $1"
 # events a lost NOTIFY did not announce. One statement for every followed job.
 JOBS_LAST_SEQ = "SELECT id, last_seq FROM jobs WHERE id = ANY($1::uuid[])"
 
-# How much of an attempt's text is durably in the log: after a write whose commit reply was lost,
-# the attempt reads this instead of guessing whether its chunk landed.
-ATTEMPT_TEXT_LENGTH = """
-SELECT coalesce(sum(length(data->>'text')), 0)
-  FROM job_events
- WHERE job_id = $1 AND attempt = $2 AND type = 'token'
+# Append an attempt's token chunks ($3) at the offset it expects ($5: the characters of attempt
+# $4's text it knows are in the log), moving the offset to $6. A compare-and-set: the insert
+# happens only if the log holds exactly $5 characters of this attempt's text. A write whose
+# commit reply was lost may still commit later (a half-open connection delivers it after the
+# writer has moved on); its offset is stale by then, so it lands nowhere instead of twice.
+# Fenced on $2 like APPEND_EVENTS. `held` (read from the statement's snapshot) tells a write
+# refused for its offset (held, last_seq NULL) from a fenced one (not held): a job that moves
+# on never comes back to the same run_token, so a snapshot that says "not held" is right.
+APPEND_TOKENS = f"""
+WITH bumped AS (
+    UPDATE jobs
+       SET last_seq = last_seq + cardinality($3::text[]), updated_at = clock_timestamp(),
+           text_attempt = $4, text_chars = $6
+     WHERE id = $1 AND run_token = $2 AND status IN ('running', 'cancelling')
+       AND CASE WHEN text_attempt = $4 THEN text_chars ELSE 0 END = $5
+    RETURNING last_seq, pg_notify('{CHANNEL_EVENTS}', $1::text || ':' || last_seq)
+), inserted AS (
+    INSERT INTO job_events (job_id, seq, attempt, type, data)
+    SELECT $1, bumped.last_seq - cardinality($3::text[]) + t.ord, $4, 'token',
+           jsonb_build_object('text', t.chunk)
+      FROM bumped, unnest($3::text[]) WITH ORDINALITY AS t (chunk, ord)
+)
+SELECT bumped.last_seq, j.run_token = $2 AND j.status IN ('running', 'cancelling') AS held
+  FROM jobs j
+  LEFT JOIN bumped ON true
+ WHERE j.id = $1
+"""
+
+# How much of an attempt's text is in the log (the offset APPEND_TOKENS compares), and whether
+# the attempt still holds its job: after a write in doubt, the attempt reads this instead of
+# guessing whether its chunk landed.
+ATTEMPT_TEXT_WRITTEN = """
+SELECT CASE WHEN text_attempt = $2 THEN text_chars ELSE 0 END AS chars,
+       run_token = $3 AND status IN ('running', 'cancelling') AS held
+  FROM jobs
+ WHERE id = $1
 """
 
 # The snapshot: the text the current attempt has produced so far.
@@ -228,14 +258,41 @@ UPDATE jobs
 RETURNING *, pg_notify('{channel}', id::text)
 """.format(now=NOW.format("$2"), channel=CHANNEL_CANCEL)
 
-# An operator's second chance for a dead job: a fresh set of attempts, from now.
+# An operator's second chance for a dead job ($1): a new job ($2) that asks for the same work,
+# queued from now with a fresh set of attempts, its own log (opened by a `queued` status naming
+# `retry_of`) and its own reservation of the same estimate on its own ledger shard. The dead
+# job stays dead, its log ends with its one `done`; it only gains `retried_as`. Run under the
+# dead job's row lock (jobs.retry_dead): one retry per job. No idempotency key: the create's key
+# still names the dead job, which now links to this one.
 RETRY_DEAD = """
-UPDATE jobs
-   SET status = 'queued', run_after = {now}, uncounted_attempts = attempts, finished_at = NULL,
-       error = NULL, run_token = NULL, lease_until = NULL, worker_id = NULL, updated_at = {now}
- WHERE id = $1 AND status = 'dead'
-RETURNING *, pg_notify('{channel}', provider)
-""".format(now=NOW.format("$2"), channel=CHANNEL_JOBS)
+WITH old AS (
+    SELECT * FROM jobs WHERE id = $1 AND status = 'dead' AND retried_as IS NULL
+), created AS (
+    INSERT INTO jobs (id, tenant_id, request_hash, provider, priority, payload, metadata,
+                      max_attempts, webhook_url, estimate_usd, reserved_usd, run_after, last_seq,
+                      created_at, updated_at, retry_of)
+    SELECT $2, tenant_id, request_hash, provider, priority, payload, metadata, max_attempts,
+           webhook_url, estimate_usd, estimate_usd, {now}, 1, {now}, {now}, id
+      FROM old
+    RETURNING *
+), linked AS (
+    UPDATE jobs SET retried_as = created.id, updated_at = {now}
+      FROM created
+     WHERE jobs.id = created.retry_of
+), logged AS (
+    INSERT INTO job_events (job_id, seq, attempt, type, data)
+    SELECT id, 1, 0, 'status', jsonb_build_object('status', 'queued', 'retry_of', retry_of)
+      FROM created
+), booked AS (
+    INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
+    SELECT tenant_id, get_byte(uuid_send(id), 15) % 16, reserved_usd
+      FROM created
+     WHERE reserved_usd > 0
+    ON CONFLICT (tenant_id, shard) DO UPDATE
+       SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
+)
+SELECT *, pg_notify('{channel}', provider) FROM created
+""".format(now=NOW.format("$3"), channel=CHANNEL_JOBS)
 
 # --- the worker ---
 
@@ -747,18 +804,6 @@ UPDATE tenant_ledger l
    SET reserved_usd = l.reserved_usd - job.held
   FROM job
  WHERE l.tenant_id = job.tenant_id AND l.shard = job.shard
-"""
-
-# An operator's retry of a dead job holds its estimate again (no budget check: an operator acts).
-RESERVE_AGAIN = """
-WITH job AS (
-    UPDATE jobs SET reserved_usd = estimate_usd WHERE id = $1 AND reserved_usd = 0
-    RETURNING tenant_id, get_byte(uuid_send(id), 15) % 16 AS shard, estimate_usd
-)
-INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
-SELECT tenant_id, shard, estimate_usd FROM job WHERE estimate_usd > 0
-ON CONFLICT (tenant_id, shard) DO UPDATE
-   SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
 """
 
 # --- webhooks (DESIGN.md §7) ---

@@ -201,21 +201,32 @@ async def cancel_job(request: Request) -> Response:
 
 
 async def retry_job(request: Request) -> Response:
-    """An operator re-queues a `dead` job; any other status is a 409."""
+    """An operator retries a `dead` job: a new job for the same work (`retry_of` the dead one).
+
+    `202` with the new job (the shape `GET /api/jobs/{id}` has) and its Location; a repeated
+    request gets the retry already made, `200` with `Idempotent-Replayed: true`. Any status but
+    `dead` is a 409.
+    """
     app = state(request)
     tenant = await tenant_id(request)
     job_id = job_id_param(request)
     try:
-        retried = await jobs.retry_dead(app.pool, tenant, job_id, app.clock)
-        snap = await jobs.snapshot(app.pool, tenant, job_id)
+        outcome = await jobs.retry_dead(app.pool, tenant, job_id, app.clock)
+        if outcome is None:
+            job = await jobs.get(app.pool, tenant, job_id)
+            why = "its retry is gone" if job["retried_as"] else f"it is {job['status']}"
+            raise Problem(
+                409, "not-dead", "Only dead jobs can be retried",
+                f"Job {job_id} cannot be retried: {why}.",
+            )  # fmt: skip
+        snap = await jobs.snapshot(app.pool, tenant, outcome.job["id"])
     except JobNotFound:
         raise not_found(f"No job {job_id}.") from None
     except (BudgetExceeded, RateLimited) as exc:
         raise refusal_problem(exc) from exc
-    if not retried:
-        raise Problem(
-            409, "not-dead", "Only dead jobs can be retried",
-            f"Job {job_id} is {snap.job['status']}.",
-        )  # fmt: skip
-    log.info("job_retried", job_id=str(job_id), status="queued")
-    return json_response(representation.detail(snap, app.tokens), 202)
+    payload = representation.detail(snap, app.tokens)
+    location = {"Location": payload["poll_url"]}
+    if outcome.created:
+        log.info("job_retried", job_id=str(job_id), retry_id=payload["id"], status="queued")
+        return json_response(payload, 202, location)
+    return json_response(payload, 200, {**location, "Idempotent-Replayed": "true"})

@@ -31,6 +31,15 @@ def created(job: Job, tokens: StreamTokens) -> dict[str, Any]:
     }
 
 
+def _id(value: Any) -> str | None:
+    return str(value) if value is not None else None
+
+
+def lineage(job: Job) -> dict[str, str | None]:
+    """An operator's retry of a dead job is a new job: the links between the two."""
+    return {"retry_of": _id(job["retry_of"]), "retried_as": _id(job["retried_as"])}
+
+
 def summary(job: Job, tokens: StreamTokens) -> dict[str, Any]:
     """A row of the job list."""
     job_id = str(job["id"])
@@ -45,6 +54,7 @@ def summary(job: Job, tokens: StreamTokens) -> dict[str, Any]:
         "run_at": _iso(job["run_after"]) if job["status"] == "queued" else None,
         "finished_at": _iso(job["finished_at"]),
         "metadata": job["metadata"],
+        **lineage(job),
         **links(job_id, tokens),
     }
 
@@ -97,5 +107,6 @@ def detail(snap: Snapshot, tokens: StreamTokens) -> dict[str, Any]:
         "cancel_requested": job["cancel_requested_at"] is not None,
         "metadata": job["metadata"],
         "attempt_history": [_attempt(a) for a in snap.attempts],
+        **lineage(job),
         **links(job_id, tokens),
     }

@@ -74,7 +74,9 @@ class Tail:
     def finished(self, batch: list[Event]) -> bool:
         """`done` was the last event of the log: the stream ends here.
 
-        Only the *last* one ends it: an operator's retry of a dead job appends after its `done`.
+        A `done` is the last event of its log: an operator's retry is a new job with a log of its
+        own. Logs written before schema version 3 may still hold such a retry after a dead job's
+        `done`, so only the last one ends the stream.
         """
         return bool(batch) and batch[-1].type == "done" and not self.more
 

@@ -28,6 +28,7 @@ export class JobView {
     this.el = {
       id: byId("job-id"), status: byId("job-status"), connection: byId("connection"),
       prompt: byId("job-prompt"), missing: byId("job-missing"), error: byId("job-error"),
+      lineage: byId("job-lineage"),
       notes: byId("notes"), output: byId("output"), placeholder: byId("output-placeholder"),
       attempt: byId("output-attempt"), announcer: byId("announcer"), cancel: byId("cancel"),
       copy: byId("copy-link"), actionNote: byId("action-note"), attempts: byId("fact-attempts"),
@@ -60,7 +61,7 @@ export class JobView {
     const prompt = this.recent.promptOf(jobId);
     this.el.prompt.textContent = prompt || "";
     this.el.prompt.hidden = !prompt;
-    for (const key of ["missing", "error", "history"]) this.el[key].hidden = true;
+    for (const key of ["missing", "error", "history", "lineage"]) this.el[key].hidden = true;
     this.el.notes.replaceChildren();
     this.el.actionNote.textContent = "";
     this.el.announcer.textContent = "";
@@ -264,6 +265,17 @@ export class JobView {
     this.el.history.hidden = rows.length === 0;
     this.el.historyRows.replaceChildren(...rows.map(historyRow));
     this.el.historyFoot.hidden = !rows.some((a) => a.cost_known === false);
+    this.renderLineage(job);
+  }
+
+  // An operator's retry of a dead job is a new job with a log of its own: the dead job's stream
+  // ended with its `done`, so the job resource is where either learns of the other.
+  renderLineage(job) {
+    const links = [["A retry of job", job.retry_of], ["Retried as job", job.retried_as]]
+      .filter(([, id]) => id);
+    const box = this.el.lineage;
+    box.hidden = links.length === 0;
+    box.replaceChildren(...links.flatMap(([text, id], i) => [i ? " " : "", `${text} `, jobLink(id), "."]));
   }
 
   renderUsage() {
@@ -343,6 +355,17 @@ export class JobView {
       this.el.actionNote.textContent = url;
     }
   }
+}
+
+function jobLink(id) {
+  const a = document.createElement("a");
+  a.href = `/jobs/${encodeURIComponent(id)}`;
+  a.dataset.nav = "";
+  a.title = id;
+  const code = document.createElement("code");
+  code.textContent = id.slice(0, 8);
+  a.append(code);
+  return a;
 }
 
 function historyRow(a) {

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import orjson
 
 from tests.e2e.conftest import Stack
+from tests.support.dead_jobs import delayed, die
 
 JOBSTREAM_CLI = str(Path(sys.executable).with_name("jobstream"))
 
@@ -88,3 +91,28 @@ async def test_a_delayed_submit_is_queued_and_get_shows_when_it_runs(stack: Stac
     code, shown, _ = await cli(stack, "get", out.strip())
     assert code == 0
     assert "queued" in shown and "run at" in shown
+
+
+async def test_retry_follows_the_new_job_and_the_dead_one_names_it(
+    stack: Stack, pool: asyncpg.Pool
+) -> None:
+    # Regression (issue 9, defect 4): a retry appended to the dead job's log, after its `done`.
+    job = await stack.create_job(delayed(10))
+    await die(pool, uuid.UUID(job["id"]), ["0 1 "])
+    code, out, err = await cli(stack, "retry", job["id"], "--follow")
+    assert code == 0, err
+    assert out == "".join(f"{i} " for i in range(10)) + "\n"
+    retry_id = err.split()[1]
+    assert err.startswith(f"job {retry_id} (retry of {job['id']})\n")
+    # The dead job's log still ends with its one `done`; the CLI says where the retry went.
+    code, out, err = await cli(stack, "follow", job["id"], "--json")
+    events = [orjson.loads(line) for line in out.splitlines()]
+    assert code == 1
+    assert [e["type"] for e in events].count("done") == 1
+    assert (events[-1]["type"], events[-1]["status"]) == ("done", "dead")
+    assert f"was retried as {retry_id}: jobstream follow {retry_id}" in err
+    # Asked again, the retry is the same job; `get` shows the link.
+    code, out, _ = await cli(stack, "retry", job["id"])
+    assert (code, out) == (0, f"{retry_id}\n")
+    code, out, _ = await cli(stack, "get", job["id"])
+    assert code == 0 and f"retried as {retry_id}" in out

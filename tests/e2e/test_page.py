@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import re
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any, TypedDict
 
+import asyncpg
 import pytest
 from playwright.async_api import Page, Route, expect
 
 from tests.e2e.conftest import OUTPUT_DIR, Stack
+from tests.support.dead_jobs import delayed, die
 
 pytestmark = pytest.mark.e2e
 
@@ -289,6 +292,25 @@ async def test_a_delayed_job_says_when_it_starts(page: Page) -> None:
     await page.wait_for_url("**/jobs/*")
     await expect(page.get_by_test_id("status")).to_have_text("queued")
     await expect(page.locator("#output-placeholder")).to_contain_text("Scheduled to start at")
+
+
+async def test_a_dead_job_links_to_its_retry_and_the_retry_back(
+    page: Page, stack: Stack, pool: asyncpg.Pool
+) -> None:
+    # Regression (issue 9, defect 4): a retry appended to the dead job's log after its `done`,
+    # which the page had closed on. A retry is a new job: the page links the two.
+    job = await stack.create_job(delayed(30))
+    await die(pool, uuid.UUID(job["id"]), ["0 1 "])
+    retry = (await stack.http.post(f"/api/jobs/{job['id']}/retry")).json()
+    await open_page(page, f"/jobs/{job['id']}")
+    await expect(page.get_by_test_id("status")).to_have_text("dead")
+    await expect(page.get_by_test_id("error-class")).to_have_text("transient")
+    lineage = page.get_by_test_id("lineage")
+    await expect(lineage).to_have_text(f"Retried as job {retry['id'][:8]}.")
+    await lineage.get_by_role("link").click()
+    await page.wait_for_url(f"**/jobs/{retry['id']}")
+    await expect_finished(page, "succeeded", count_text(30))
+    await expect(lineage).to_have_text(f"A retry of job {job['id'][:8]}.")
 
 
 async def test_finished_job_view_screenshot(page: Page, output_dir: Path) -> None:

@@ -305,10 +305,14 @@ async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
     assert (await client.get("/readyz")).json() == {"status": "ready"}
 
 
-async def test_retry_requeues_only_dead_jobs(client: httpx.AsyncClient, pool: asyncpg.Pool) -> None:
+async def test_retry_makes_a_new_job_for_a_dead_one_only(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
     job = (await client.post("/api/jobs", json=body(max_attempts=1))).json()
     refused = await client.post(f"/api/jobs/{job['id']}/retry")
     assert refused.status_code == 409
+    assert refused.headers["content-type"] == PROBLEM
+    assert refused.json()["type"] == "/problems/not-dead"
     job_id = uuid.UUID(job["id"])
     # A job whose only attempt was lost and whose attempts are used up.
     await pool.execute(
@@ -316,10 +320,14 @@ async def test_retry_requeues_only_dead_jobs(client: httpx.AsyncClient, pool: as
     )
     retried = await client.post(f"/api/jobs/{job['id']}/retry")
     assert retried.status_code == 202
-    assert retried.json()["status"] == "queued"
-    row = await pool.fetchrow("SELECT attempts, uncounted_attempts FROM jobs WHERE id = $1", job_id)
-    assert row is not None
-    assert row["attempts"] - row["uncounted_attempts"] == 0  # a fresh set of attempts
+    retry = retried.json()
+    assert retry["id"] != job["id"] and retry["status"] == "queued"
+    assert retry["retry_of"] == job["id"]
+    row = await pool.fetchrow(
+        "SELECT attempts, uncounted_attempts FROM jobs WHERE id = $1", uuid.UUID(retry["id"])
+    )
+    assert row is not None and (row["attempts"], row["uncounted_attempts"]) == (0, 0)
+    assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", job_id) == "dead"
 
 
 async def test_a_retry_passes_the_budget_and_the_rate_as_a_create_does(
@@ -345,6 +353,9 @@ async def test_a_retry_passes_the_budget_and_the_rate_as_a_create_does(
     assert await pool.fetchval("SELECT reserved_usd FROM tenant_balances") == 0
     await pool.execute("UPDATE tenants SET create_rate_per_min = NULL, budget_usd = 1")
     assert (await client.post(f"/api/jobs/{job['id']}/retry")).status_code == 202
+    # The retry, a new job, holds the estimate; a repeated request holds nothing more.
+    assert str(await pool.fetchval("SELECT reserved_usd FROM tenant_balances")) == "0.00020000"
+    assert (await client.post(f"/api/jobs/{job['id']}/retry")).status_code == 200
     assert str(await pool.fetchval("SELECT reserved_usd FROM tenant_balances")) == "0.00020000"
 
 

@@ -70,7 +70,7 @@ async def test_every_write_with_a_stale_run_token_changes_nothing(pool: asyncpg.
     usage = Usage(output_tokens=1, cost_usd=Decimal("0.01"))
     writes = {
         "renew": renew(pool, stale, clock),
-        "append_tokens": attempts.append_tokens(pool, stale, ["stale "]),
+        "append_tokens": attempts.append_tokens(pool, stale, ["stale "], at=0),
         "succeed": attempts.accept(pool, Success(stale, "stale", usage), clock),
         "fail": attempts.fail(
             pool,

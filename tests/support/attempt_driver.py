@@ -26,7 +26,11 @@ async def claim(pool: asyncpg.Pool, *, lease_s: float = 60) -> Claimed:
 
 
 async def tokens(pool: asyncpg.Pool, held: Claimed, texts: list[str]) -> int:
-    return await attempts.append_tokens(pool, held, texts)
+    """Append `texts` after whatever the attempt's text holds; returns the new last_seq."""
+    at = await attempts.written_chars(pool, held)
+    last_seq = await attempts.append_tokens(pool, held, texts, at=at)
+    assert last_seq is not None, "the log's offset moved between the read and the append"
+    return last_seq
 
 
 async def succeed(pool: asyncpg.Pool, held: Claimed, text: str) -> None:
