@@ -196,28 +196,61 @@ async def renew_many(
     return Renewal(renewed, busy)
 
 
+@dataclass(frozen=True)
+class TokenAppend:
+    """Chunks of one attempt's text to append, as the text after offset `at`: how many
+    characters of its text the writer knows are in the log."""
+
+    held: Claimed
+    chunks: Sequence[str]
+    at: int
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What became of one TokenAppend: `last_seq` once it landed; None, having written nothing,
+    when the log held another amount of the text (a write in doubt landed after all) or when
+    the attempt no longer holds its job (`held` false: fenced)."""
+
+    last_seq: int | None
+    held: bool
+
+
+async def append_tokens_many(pool: asyncpg.Pool, appends: Sequence[TokenAppend]) -> list[Appended]:
+    """Append every attempt's chunks in one statement and one commit (APPEND_TOKENS_MANY),
+    fenced and compare-and-set per attempt; the answers are in the order of `appends`."""
+    if any(not a.chunks for a in appends):
+        raise ValueError("an append needs at least one chunk")
+    texts = [chunk for a in appends for chunk in a.chunks]
+    owners = [n for n, a in enumerate(appends, start=1) for _ in a.chunks]
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            queries.APPEND_TOKENS_MANY,
+            [a.held.job_id for a in appends],
+            [a.held.run_token for a in appends],
+            [a.held.attempt for a in appends],
+            [a.at for a in appends],
+            [a.at + sum(len(chunk) for chunk in a.chunks) for a in appends],
+            [len(a.chunks) for a in appends],
+            texts,
+            owners,
+        )
+    return [Appended(row["last_seq"], row["held"]) for row in rows]
+
+
 async def append_tokens(
     pool: asyncpg.Pool, held: Claimed, texts: Sequence[str], *, at: int
 ) -> int | None:
-    """One flush: all pending deltas in one short transaction, as the text after offset `at`.
+    """One attempt's flush alone: its chunks as the text after offset `at`.
 
-    `at` is how many characters of this attempt's text the caller knows are in the log. Returns
-    the new last_seq; or None, having written nothing, when the log holds another amount (a
-    write in doubt landed after all): read written_chars and write what is missing. Raises
-    Fenced when the attempt no longer holds the job.
+    Returns the new last_seq; or None, having written nothing, when the log holds another
+    amount (a write in doubt landed after all): read written_chars and write what is missing.
+    Raises Fenced when the attempt no longer holds the job.
     """
-    if not texts:
-        raise ValueError("append_tokens needs at least one chunk")
-    end = at + sum(len(text) for text in texts)
-    async with pool.acquire() as conn:
-        row = await conn.fetchrow(
-            queries.APPEND_TOKENS, held.job_id, held.run_token, list(texts), held.attempt, at, end
-        )
-    if row is not None and row["last_seq"] is not None:
-        return int(row["last_seq"])
-    if row is None or not row["held"]:
+    (answer,) = await append_tokens_many(pool, [TokenAppend(held, texts, at)])
+    if not answer.held:
         raise Fenced(f"job {held.job_id}: run_token {held.run_token} no longer holds the job")
-    return None
+    return answer.last_seq
 
 
 async def written_chars(pool: asyncpg.Pool, held: Claimed) -> int:

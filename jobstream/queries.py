@@ -79,35 +79,51 @@ JOB_LAST_SEQ = "SELECT last_seq FROM jobs WHERE id = $1"
 # events a lost NOTIFY did not announce. One statement for every followed job.
 JOBS_LAST_SEQ = "SELECT id, last_seq FROM jobs WHERE id = ANY($1::uuid[])"
 
-# Append an attempt's token chunks ($3) at the offset it expects ($5: the characters of attempt
-# $4's text it knows are in the log), moving the offset to $6. A compare-and-set: the insert
-# happens only if the log holds exactly $5 characters of this attempt's text. A write whose
+# Append token chunks for many attempts at once (a worker's streams of one write tick, or one
+# attempt alone), each at the offset it expects: the characters of its attempt's text it knows
+# are in the log. Per attempt a compare-and-set: its chunks are inserted only if the log holds
+# exactly that many characters of its text, and the offset moves to the new end. A write whose
 # commit reply was lost may still commit later (a half-open connection delivers it after the
 # writer has moved on); its offset is stale by then, so it lands nowhere instead of twice.
-# Fenced on $2 like APPEND_EVENTS. `held` (read from the statement's snapshot) tells a write
-# refused for its offset (held, last_seq NULL) from a fenced one (not held): a job that moves
-# on never comes back to the same run_token, so a snapshot that says "not held" is right.
-APPEND_TOKENS = f"""
-WITH bumped AS (
-    UPDATE jobs
-       SET last_seq = last_seq + cardinality($3::text[]), updated_at = clock_timestamp(),
-           text_attempt = $4, text_chars = $6
-     WHERE id = $1 AND run_token = $2 AND status IN ('running', 'cancelling')
-       AND CASE WHEN text_attempt = $4 THEN text_chars ELSE 0 END = $5
-    RETURNING last_seq, pg_notify('{CHANNEL_EVENTS}', $1::text || ':' || last_seq)
+# Fenced per attempt on its run token: a fenced-out or refused attempt changes nothing and the
+# others land. `held` (read from the statement's snapshot) tells a write refused for its offset
+# (held, last_seq NULL) from a fenced one (not held): a job that moves on never comes back to
+# the same run_token, so a snapshot that says "not held" is right.
+# Per attempt: $1 job, $2 run token, $3 attempt, $4 expected offset, $5 offset after, $6 its
+# number of chunks; per chunk, in order: $7 text, $8 its attempt's ordinal (from 1) in $1.
+APPEND_TOKENS_MANY = f"""
+WITH input AS (
+    SELECT *
+      FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::bigint[], $5::bigint[], $6::int[])
+           WITH ORDINALITY AS i (job_id, run_token, attempt, at, upto, n, ord)
+), bumped AS (
+    UPDATE jobs j
+       SET last_seq = j.last_seq + i.n, updated_at = statement_timestamp(),
+           text_attempt = i.attempt, text_chars = i.upto
+      FROM input i
+     WHERE j.id = i.job_id AND j.run_token = i.run_token AND j.status IN ('running', 'cancelling')
+       AND CASE WHEN j.text_attempt = i.attempt THEN j.text_chars ELSE 0 END = i.at
+    RETURNING j.id, j.last_seq, i.attempt, i.n, i.ord,
+              pg_notify('{CHANNEL_EVENTS}', j.id::text || ':' || j.last_seq)
+), chunks AS (
+    SELECT c.owner, c.chunk, row_number() OVER (PARTITION BY c.owner ORDER BY c.k) AS nth
+      FROM unnest($7::text[], $8::bigint[]) WITH ORDINALITY AS c (chunk, owner, k)
 ), inserted AS (
     INSERT INTO job_events (job_id, seq, attempt, type, data)
-    SELECT $1, bumped.last_seq - cardinality($3::text[]) + t.ord, $4, 'token',
-           jsonb_build_object('text', t.chunk)
-      FROM bumped, unnest($3::text[]) WITH ORDINALITY AS t (chunk, ord)
+    SELECT b.id, b.last_seq - b.n + c.nth, b.attempt, 'token', jsonb_build_object('text', c.chunk)
+      FROM bumped b
+      JOIN chunks c ON c.owner = b.ord
 )
-SELECT bumped.last_seq, j.run_token = $2 AND j.status IN ('running', 'cancelling') AS held
-  FROM jobs j
-  LEFT JOIN bumped ON true
- WHERE j.id = $1
+SELECT i.ord, b.last_seq,
+       coalesce(j.run_token = i.run_token AND j.status IN ('running', 'cancelling'), false)
+           AS held
+  FROM input i
+  LEFT JOIN jobs j ON j.id = i.job_id
+  LEFT JOIN bumped b ON b.ord = i.ord
+ ORDER BY i.ord
 """
 
-# How much of an attempt's text is in the log (the offset APPEND_TOKENS compares), and whether
+# How much of an attempt's text is in the log (the offset APPEND_TOKENS_MANY compares), and whether
 # the attempt still holds its job: after a write in doubt, the attempt reads this instead of
 # guessing whether its chunk landed.
 ATTEMPT_TEXT_WRITTEN = """

@@ -176,6 +176,14 @@ class Settings:
     flush_bytes: int = _setting(
         "JOBSTREAM_FLUSH_BYTES", 4096, "...or as soon as this many bytes are pending.", minimum=1
     )
+    token_write_interval_s: float = _setting(
+        "JOBSTREAM_TOKEN_WRITE_INTERVAL_S",
+        0.02,
+        "A worker writes the due token chunks of all its streams in one transaction, at most one "
+        "such write every this many seconds: PostgreSQL's commits a second then depend on the "
+        "worker processes, not on the streams (0: write as soon as the last write ends).",
+        minimum=0,
+    )
     sse_heartbeat_s: float = _setting(
         "JOBSTREAM_SSE_HEARTBEAT_S", 15.0, "Seconds between SSE heartbeat comments.", minimum=0.1
     )

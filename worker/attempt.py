@@ -39,7 +39,7 @@ from worker.inbox import (
 )
 from worker.lease import Lease, Leases
 from worker.providers.base import Provider, ProviderRequest, TextDelta
-from worker.token_log import TokenLog
+from worker.token_log import AppendWriter, TokenLog
 
 log = structlog.get_logger(__name__)
 
@@ -99,6 +99,7 @@ class AttemptRunner:
         leases: Leases,
         claimed_at: float,
         write_success: SuccessWriter | None = None,
+        write_tokens: AppendWriter | None = None,
     ) -> None:
         self.held = held
         self._pool = pool
@@ -114,7 +115,8 @@ class AttemptRunner:
         self._coalescer = Coalescer(
             interval_s=settings.flush_interval_s, max_bytes=settings.flush_bytes
         )
-        self._tokens = TokenLog(pool, held)
+        # The worker's group writer (worker/token_writes.py), or a statement of our own.
+        self._tokens = TokenLog(pool, held, writer=write_tokens)
         # Renewed with the worker's other attempts' from now on, until the stream ends.
         self._lease: Lease = leases.hold(held, self._inbox, claimed_at=claimed_at)
         spec = held.spec
@@ -180,22 +182,17 @@ class AttemptRunner:
                     give_up_at if due_at is None else min(due_at, give_up_at)
                 )
                 now = loop.time()
-                if not messages:
-                    if now >= give_up_at:
-                        return self._timed_out()
-                    if not await self._flushed():
-                        return LeaseLost("a token write was refused: the job moved on")
+                flush = not messages
                 for message in messages:
                     if not isinstance(message, TextDelta):
                         return message  # its pending deltas are written as it settles
-                    # A full chunk is written before the next delta joins it: a chunk (an
-                    # event, an SSE frame) stays within flush_bytes however fast deltas come.
-                    if coalescer.add(message.text, now):
-                        if not await self._flushed():
-                            return LeaseLost("a token write was refused: the job moved on")
-                        now = loop.time()
+                    flush = coalescer.add(message.text, now) or flush
                 if now >= give_up_at:
-                    return self._timed_out()  # deltas kept coming until the limit
+                    return self._timed_out()
+                # One write for all that is due, however many chunks (events of at most
+                # flush_bytes each) it holds.
+                if flush and not await self._flushed():
+                    return LeaseLost("a token write was refused: the job moved on")
         finally:
             self._lease.release()
             await self._stop(pump)
@@ -251,15 +248,15 @@ class AttemptRunner:
         return True
 
     async def _flush(self) -> None:
-        """Write pending deltas as one `token` event; on a lost connection keep them for later."""
-        chunk = self._coalescer.take()
-        if not chunk:
+        """Write pending deltas (a `token` event per chunk); on a lost connection keep them."""
+        chunks = self._coalescer.take()
+        if not chunks:
             return
         try:
-            await self._tokens.write(chunk)
+            await self._tokens.write(chunks)
         except db.DISCONNECTS as exc:
             log.warning("token_flush_failed", error=str(exc) or type(exc).__name__)
-            self._coalescer.put_back(chunk, asyncio.get_running_loop().time())
+            self._coalescer.put_back(chunks, asyncio.get_running_loop().time())
 
     # --- settling the outcome ---
 
@@ -276,13 +273,17 @@ class AttemptRunner:
             log.info("attempt_fenced", reason=ending.reason)
             return "fenced"
         try:
-            chunk = self._coalescer.take()
+            chunks = self._coalescer.take()
             # A success appends its last chunk in its own statement, one commit instead of two.
-            # After a write in doubt the chunk is reconciled with the log first (TokenLog).
-            rides_along = isinstance(ending, StreamEnded) and not self._tokens.in_doubt
-            if chunk and not rides_along:
+            # After a write in doubt the text is reconciled with the log first (TokenLog); more
+            # than one chunk is written as such, each its own bounded event.
+            rides_along = (
+                isinstance(ending, StreamEnded) and not self._tokens.in_doubt and len(chunks) < 2
+            )
+            chunk = "".join(chunks)
+            if chunks and not rides_along:
                 # The append fence admits `cancelling` too: a refusal here means we lost the job.
-                await self._persist(lambda: self._tokens.write(chunk))
+                await self._persist(lambda: self._tokens.write(chunks))
                 chunk = ""
             try:
                 return await self._record(ending, chunk)
@@ -294,7 +295,7 @@ class AttemptRunner:
                 # Otherwise we were fenced out.
                 try:
                     if chunk:
-                        await self._persist(lambda: self._tokens.write(chunk))
+                        await self._persist(lambda: self._tokens.write([chunk]))
                     return await self._confirm_cancel()
                 except Fenced:
                     raise refused from None

@@ -31,6 +31,7 @@ from worker.completions import Completions
 from worker.lease import Leases
 from worker.providers.base import Provider
 from worker.providers.registry import build_providers, close_providers
+from worker.token_writes import TokenWrites
 from worker.webhooks import WebhookSender
 
 log = structlog.get_logger(__name__)
@@ -75,6 +76,7 @@ class Worker:
         self._next_reap_at = 0.0  # loop time of the next look for expired leases
         self._completions: Completions | None = None  # the successes' writer, while running
         self._leases: Leases | None = None  # the attempts' lease renewals, while running
+        self._token_writes: TokenWrites | None = None  # the streams' token writer, while running
         self._listener = Listener(
             self._url,
             {queries.CHANNEL_JOBS: self._on_runnable, queries.CHANNEL_CANCEL: self._on_cancel},
@@ -129,6 +131,13 @@ class Worker:
             self._leases = Leases(self._pool, lease_s=self._settings.lease_s, clock=self._clock)
             renewals = asyncio.create_task(self._leases.run(), name=f"leases:{self.worker_id}")
             renewals.add_done_callback(self._on_renewals_done)
+            self._token_writes = TokenWrites(
+                self._pool, min_interval_s=self._settings.token_write_interval_s
+            )
+            token_writer = asyncio.create_task(
+                self._token_writes.run(), name=f"token-writes:{self.worker_id}"
+            )
+            token_writer.add_done_callback(self._on_writer_done)
             sender = WebhookSender(self._pool, self._settings, clock=self._clock, rng=self._rng)
             webhooks = asyncio.create_task(sender.run(), name=f"webhooks:{self.worker_id}")
             webhooks.add_done_callback(self._on_webhooks_done)
@@ -148,11 +157,14 @@ class Worker:
                 await self._drain(grace)
                 # After the drain: the settling attempts' successes go through the writer.
                 writer.cancel()
+                token_writer.cancel()
                 renewals.cancel()
                 listener.cancel()
                 # An interrupted delivery stays claimed until its hold runs out, then is retried.
                 webhooks.cancel()
-                await asyncio.gather(writer, renewals, listener, webhooks, return_exceptions=True)
+                await asyncio.gather(
+                    writer, token_writer, renewals, listener, webhooks, return_exceptions=True
+                )
                 if self._owns_pool:
                     await self._pool.close()
                 if self._owns_providers:
@@ -233,6 +245,7 @@ class Worker:
             leases=self._leases,
             claimed_at=claimed_at,
             write_success=self._completions.accept if self._completions else None,
+            write_tokens=self._token_writes.append if self._token_writes else None,
         )
         key = (held.job_id, held.attempt)
         # The attempt's log lines carry its job, attempt and run token: bound once in a context
@@ -329,9 +342,10 @@ class Worker:
     def _on_writer_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():
             return
-        # The writer survives every failed write; ending on its own is a bug, and attempts
-        # would wait for it until their leases ran out: stop rather than limp on.
-        log.error("completions_writer_died", exc_info=task.exception())
+        # The writers (successes, token chunks) survive every failed write; ending on their own
+        # is a bug, and attempts would wait for them until their leases ran out: stop rather
+        # than limp on.
+        log.error("writer_died", task=task.get_name(), exc_info=task.exception())
         self.stop()
 
     def _on_listener_done(self, task: asyncio.Task[None]) -> None:

@@ -1,0 +1,72 @@
+"""A worker's streams share one token write a tick: each attempt still gets its own answer."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+
+from jobstream import attempts
+from jobstream.attempts import TokenAppend
+from tests.support.workers import create_job, event_list, manual_clock, reassemble
+from worker.token_writes import TokenWrites
+
+LEASE_S = 30.0
+
+
+async def test_one_fenced_stream_in_a_group_write_does_not_cost_the_others_their_tokens(
+    pool: asyncpg.Pool,
+) -> None:
+    clock = manual_clock()
+    for _ in range(4):
+        await create_job(pool)
+    claim = {"providers": ["simulated"], "worker_id": "w", "lease_s": LEASE_S, "clock": clock}
+    stale = await attempts.claim(pool, **claim)  # type: ignore[arg-type]
+    assert stale is not None
+    clock.advance(LEASE_S + 1)
+    assert await attempts.reap_expired(pool, clock) == 1
+    others = await attempts.claim_batch(pool, max_jobs=4, **claim)  # type: ignore[arg-type]
+    assert stale.job_id in {held.job_id for held in others}  # it runs again, under a new token
+    writes = TokenWrites(pool, min_interval_s=0.05)
+    writer = asyncio.create_task(writes.run())
+    try:
+        async with asyncio.timeout(10):
+            answers = await asyncio.gather(
+                writes.append(TokenAppend(stale, ["stale "], 0)),
+                *(writes.append(TokenAppend(held, [f"{n} ", "more "], 0)) for n, held in
+                  enumerate(others)),
+            )  # fmt: skip
+    finally:
+        writer.cancel()
+    assert (answers[0].held, answers[0].last_seq) == (False, None)
+    assert all(a.held and a.last_seq is not None for a in answers[1:])
+    # One statement wrote them all: its timestamp is on every job it moved.
+    stamps = await pool.fetch(
+        "SELECT DISTINCT updated_at FROM jobs WHERE id = ANY($1::uuid[])",
+        [held.job_id for held in others],
+    )
+    assert len(stamps) == 1
+    for n, held in enumerate(others):
+        log = await event_list(pool, held.job_id)
+        assert reassemble(log) == f"{n} more "  # never the stale attempt's text
+        assert [e.seq for e in log] == list(range(1, len(log) + 1))
+
+
+async def test_the_writer_answers_each_stream_in_order_and_refuses_a_stale_offset(
+    pool: asyncpg.Pool,
+) -> None:
+    clock = manual_clock()
+    job_id = await create_job(pool)
+    held = await attempts.claim(
+        pool, providers=["simulated"], worker_id="w", lease_s=LEASE_S, clock=clock
+    )
+    assert held is not None
+    (first,) = await attempts.append_tokens_many(pool, [TokenAppend(held, ["ab", "cd"], 0)])
+    # The same offset again (a write in doubt sent twice): refused, the job still held.
+    (again,) = await attempts.append_tokens_many(pool, [TokenAppend(held, ["ab"], 0)])
+    (after,) = await attempts.append_tokens_many(pool, [TokenAppend(held, ["e"], 4)])
+    assert first.held and first.last_seq is not None
+    assert (again.held, again.last_seq) == (True, None)
+    assert after.last_seq == first.last_seq + 1
+    log = await event_list(pool, job_id)
+    assert [e.data["text"] for e in log if e.type == "token"] == ["ab", "cd", "e"]
