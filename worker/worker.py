@@ -36,6 +36,8 @@ from worker.webhooks import WebhookSender
 
 log = structlog.get_logger(__name__)
 
+# Claims one worker has under way at once (each for the slots free when it started).
+CLAIMS_IN_FLIGHT = 2
 # After the grace period, interrupted attempts get this long to hand their job back before
 # they are cancelled outright (their hand-back still runs, shielded).
 HAND_BACK_TIMEOUT_S = 10.0
@@ -74,6 +76,7 @@ class Worker:
         self._idle = asyncio.Event()
         self._idle.set()
         self._next_reap_at = 0.0  # loop time of the next look for expired leases
+        self._claiming = 0  # slots that claims under way may fill
         self._completions: Completions | None = None  # the successes' writer, while running
         self._leases: Leases | None = None  # the attempts' lease renewals, while running
         self._token_writes: TokenWrites | None = None  # the streams' token writer, while running
@@ -172,15 +175,22 @@ class Worker:
                 log.info("worker_stopped", results=dict(self.results))
 
     async def _claim_loop(self, pool: asyncpg.Pool) -> None:
-        while not self._stopping.is_set():
-            self._wake.clear()
-            await self._round(pool)
-            try:
-                async with asyncio.timeout(self._settings.poll_interval_s):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass  # the polling fallback: a NOTIFY may have been lost
-            await self._gather_free_slots()
+        claims: set[asyncio.Task[None]] = set()
+        try:
+            while not self._stopping.is_set():
+                self._wake.clear()
+                await self._round(pool, claims)
+                try:
+                    async with asyncio.timeout(self._settings.poll_interval_s):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass  # the polling fallback: a NOTIFY may have been lost
+                await self._gather_free_slots()
+        finally:
+            # A claim under way finishes and starts its attempts, so that the drain that
+            # follows hands their jobs back rather than leave them to lease expiry.
+            if claims:
+                await asyncio.wait(claims)
 
     async def _gather_free_slots(self) -> None:
         """A busy worker waits a moment for more slots to free before it claims.
@@ -190,7 +200,7 @@ class Worker:
         """
         gather_s = self._settings.claim_gather_s
         concurrency = self._settings.worker_concurrency
-        if gather_s <= 0 or self.running_count * 2 < concurrency:
+        if gather_s <= 0 or (self.running_count + self._claiming) * 2 < concurrency:
             return
         try:
             async with asyncio.timeout(gather_s):
@@ -198,40 +208,57 @@ class Worker:
         except TimeoutError:
             pass
 
-    async def _round(self, pool: asyncpg.Pool) -> None:
-        try:
-            # Expired leases are rare; a round is as frequent as a finished attempt. Look for
-            # them once per poll interval, not on every round of a busy worker.
-            now = asyncio.get_running_loop().time()
-            if now >= self._next_reap_at:
-                self._next_reap_at = now + self._settings.poll_interval_s
+    async def _round(self, pool: asyncpg.Pool, claims: set[asyncio.Task[None]]) -> None:
+        # Expired leases are rare; a round is as frequent as a finished attempt. Look for them
+        # once per poll interval, not on every round of a busy worker.
+        now = asyncio.get_running_loop().time()
+        if now >= self._next_reap_at:
+            self._next_reap_at = now + self._settings.poll_interval_s
+            try:
                 reaped = await attempts.reap_expired(pool, self._clock)
                 if reaped:
                     log.info("leases_reaped", count=reaped)
-            # One round trip claims a batch for every free slot; a batch can come back short
-            # while tenants take turns, so claim again until it is empty or the slots are full.
-            while (free := self._settings.worker_concurrency - self.running_count) > 0:
-                if self._stopping.is_set():
-                    return
-                claimed_at = asyncio.get_running_loop().time()
-                batch = await attempts.claim_batch(
-                    pool,
-                    providers=list(self._providers),
-                    worker_id=self.worker_id,
-                    lease_s=self._settings.lease_s,
-                    clock=self._clock,
-                    limits=self._settings.provider_limits,
-                    max_jobs=free,
-                )
-                if not batch:
-                    return
-                for held in batch:
-                    self._start(pool, held, claimed_at)
+            except db.DISCONNECTS as exc:
+                log.warning("database_unreachable", error=str(exc) or type(exc).__name__)
+            except Exception:
+                log.exception("reap_failed")
+        # One round trip claims a batch for every free slot. A claim is several round trips
+        # (locks, the claim, the tenants' recount, the commit), so a second may start while one
+        # is under way, for the slots freed meanwhile: claiming never waits on one transaction.
+        free = self._settings.worker_concurrency - self.running_count - self._claiming
+        if free > 0 and len(claims) < CLAIMS_IN_FLIGHT and not self._stopping.is_set():
+            self._claiming += free
+            task = asyncio.create_task(self._claim(pool, free), name=f"claim:{self.worker_id}")
+            claims.add(task)
+            task.add_done_callback(claims.discard)
+
+    async def _claim(self, pool: asyncpg.Pool, slots: int) -> None:
+        """Claim up to `slots` jobs and start an attempt for each."""
+        batch: list[Claimed] = []
+        try:
+            claimed_at = asyncio.get_running_loop().time()
+            batch = await attempts.claim_batch(
+                pool,
+                providers=list(self._providers),
+                worker_id=self.worker_id,
+                lease_s=self._settings.lease_s,
+                clock=self._clock,
+                limits=self._settings.provider_limits,
+                max_jobs=slots,
+            )
+            for held in batch:
+                self._start(pool, held, claimed_at)
         except db.DISCONNECTS as exc:
             # The next round retries; the pool reconnects on its own.
             log.warning("database_unreachable", error=str(exc) or type(exc).__name__)
         except Exception:
             log.exception("claim_round_failed")
+        finally:
+            self._claiming -= slots
+        if batch:
+            # A batch can come back short while tenants take turns: claim again until one is
+            # empty or the slots are full.
+            self._wake.set()
 
     def _start(self, pool: asyncpg.Pool, held: Claimed, claimed_at: float) -> None:
         assert self._leases is not None, "attempts start only while the worker runs"
