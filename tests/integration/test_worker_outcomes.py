@@ -10,10 +10,10 @@ from decimal import Decimal
 import asyncpg
 import pytest
 import structlog
-import structlog.testing
 
 from jobstream import attempts
 from jobstream.settings import Settings
+from tests.support.gated_provider import GatedProvider
 from tests.support.polling import signalled
 from tests.support.workers import (
     attempt_rows,
@@ -59,29 +59,36 @@ async def test_a_job_streams_to_success(pool: asyncpg.Pool, settings: Settings) 
     assert worker.results == {"succeeded": 1}
 
 
+class ContextRecorder(GatedProvider):
+    """Records the log context its stream runs in: the attempt's own (the pump is its child)."""
+
+    def __init__(self) -> None:
+        super().__init__(before=1)
+        self.gate.set()
+        self.context: dict[str, object] = {}
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamItem]:
+        self.context = structlog.contextvars.get_contextvars()
+        async for item in super().stream(request):
+            yield item
+
+
 async def test_an_attempts_log_lines_name_its_job_attempt_and_run_token(
     pool: asyncpg.Pool, settings: Settings
 ) -> None:
-    captured = structlog.testing.LogCapture()
-    previous = structlog.get_config()
-    structlog.configure(
-        processors=[structlog.contextvars.merge_contextvars, captured],
-        cache_logger_on_first_use=False,
-    )
-    try:
-        job_id = await create_job(pool, simulate=fast(3))
-        async with running_worker(settings, pool=pool):
-            await wait_for_status(pool, job_id, "succeeded")
-    finally:
-        structlog.configure(**previous)
+    # Read from the context the attempt's lines are logged in, not from captured lines: the
+    # logging set-up is process-wide, and other tests configure it their own way.
+    recorder = ContextRecorder()
+    job_id = await create_job(pool)
+    async with running_worker(settings, pool=pool, providers={"simulated": recorder}) as worker:
+        await wait_for_status(pool, job_id, "succeeded")
+        worker_context = structlog.contextvars.get_contextvars()
     token = (await job_row(pool, job_id))["run_token"]  # the last attempt's, kept after it ends
     expected = {"job_id": str(job_id), "attempt": 1, "run_token": str(token)}
-    lines = {e["event"]: e for e in captured.entries if e.get("job_id") == str(job_id)}
-    assert {"attempt_started", "attempt_succeeded"} <= lines.keys()
-    for name in ("attempt_started", "attempt_succeeded"):
-        assert {k: lines[name].get(k) for k in expected} == expected, name
-    # The binding stays with the attempt: the worker's own lines name no job.
-    assert not any(e["event"] == "worker_started" and "job_id" in e for e in captured.entries)
+    assert {k: recorder.context.get(k) for k in expected} == expected
+    assert recorder.context.get("worker_id") == worker.worker_id
+    # The binding stays with the attempt: the caller's context names no job.
+    assert "job_id" not in worker_context
 
 
 async def test_token_deltas_are_coalesced_into_few_flushes(
