@@ -42,6 +42,22 @@ async def _resolve(request: Request) -> str:
     return tenant
 
 
+async def sdk_tenant_id(request: Request) -> str:
+    """The tenant of a /v1 request. The official SDKs send `Authorization: Bearer` always, with
+    whatever key they were given, so with keys not required any value that is not a tenant's key
+    is the `default` tenant; with keys required, only a tenant's key passes."""
+    cached: str | None = getattr(request.state, "tenant_id", None)
+    if cached is not None:
+        return cached
+    app = state(request)
+    if not app.settings.require_api_key:
+        scheme, _, key = request.headers.get("authorization", "").strip().partition(" ")
+        found = await tenants.by_key(app.pool, key.strip()) if scheme.lower() == "bearer" else None
+        cached = request.state.tenant_id = found or DEFAULT_TENANT
+        return cached
+    return await tenant_id(request)
+
+
 def unauthorized(detail: str, *, invalid: bool) -> Problem:
     # RFC 6750 §3: name the scheme; say invalid_token when a credential was sent and refused.
     challenge = 'Bearer error="invalid_token"' if invalid else "Bearer"

@@ -126,6 +126,9 @@ class AttemptRunner:
             max_tokens=spec.max_tokens,
             attempt=held.attempt,
             simulate=spec.simulate,
+            messages=spec.messages,
+            instructions=spec.instructions,
+            sampling=spec.sampling,
         )
         self._usage: Usage | None = None  # the provider's own, once it sends it
         self._provider_stopped = False  # we cancelled the stream and it closed cleanly

@@ -131,6 +131,31 @@ async def test_sends_bearer_key_default_model_and_asks_for_usage(
     assert (second.model, second.max_tokens) == ("chosen-model", 3)
 
 
+async def test_sends_instructions_messages_and_sampling_as_given(
+    fake: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    conversation = [
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": "first answer"},
+        {"role": "user", "content": PROMPT},
+    ]
+    req = ProviderRequest(
+        prompt=PROMPT, model=None, max_tokens=4, attempt=1, messages=conversation,
+        instructions="be brief", sampling={"temperature": 0.2, "top_p": 0.9},
+    )  # fmt: skip
+    text, _ = await collect(provider, req)
+
+    [record] = fake.stats().records
+    assert record.messages == (
+        ("system", "be brief"),
+        ("user", "first question"),
+        ("assistant", "first answer"),
+        ("user", PROMPT),
+    )
+    assert record.sampling == (("temperature", 0.2), ("top_p", 0.9))
+    assert text == expected_text("\n".join(m[1] for m in record.messages), 4)
+
+
 async def test_comment_lines_between_chunks_are_ignored(
     fake: FakeOpenAI, provider: OpenAIProvider
 ) -> None:

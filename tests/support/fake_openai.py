@@ -187,6 +187,8 @@ class RequestRecord:
     usage_reported: bool = False
     started_at: float = 0.0  # time.time() when the fake had read the request
     ended_at: float | None = None  # ...and when it stopped counting it as in flight
+    messages: tuple[tuple[str, str], ...] = ()  # (role, text) as sent
+    sampling: tuple[tuple[str, float], ...] = ()  # temperature and top_p, where sent
 
     @property
     def billed_prompt_tokens(self) -> int:
@@ -203,6 +205,8 @@ class RequestRecord:
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
         values["reply"] = Reply.from_mapping(values["reply"])
+        for pairs in ("messages", "sampling"):  # JSON has lists where the record has tuples
+            values[pairs] = tuple(tuple(pair) for pair in values.get(pairs, ()))
         return cls(**values)
 
 
@@ -332,6 +336,8 @@ class _Call:
     prompt: str
     max_tokens: int | None
     include_usage: bool
+    messages: tuple[tuple[str, str], ...]
+    sampling: tuple[tuple[str, float], ...]
 
 
 def _parse_call(raw: bytes) -> _Call | str:
@@ -345,12 +351,15 @@ def _parse_call(raw: bytes) -> _Call | str:
     if body.get("stream") is not True:
         return "this fake only streams (stream: true)"
     parts: list[str] = []
+    messages: list[tuple[str, str]] = []
     for message in body["messages"]:
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, str):
             parts.append(content)
         elif isinstance(content, list):
             parts.extend(p["text"] for p in content if isinstance(p, dict) and "text" in p)
+        if isinstance(message, dict) and isinstance(content, str):
+            messages.append((str(message.get("role")), content))
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     options = body.get("stream_options")
     return _Call(
@@ -358,6 +367,8 @@ def _parse_call(raw: bytes) -> _Call | str:
         prompt="\n".join(parts),
         max_tokens=max_tokens if isinstance(max_tokens, int) else None,
         include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+        messages=tuple(messages),
+        sampling=tuple((k, body[k]) for k in ("temperature", "top_p") if k in body),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -41,3 +42,24 @@ async def signalled(waiter: Awaitable[object], *, what: str, timeout_s: float = 
             await waiter
     except TimeoutError:
         raise AssertionError(f"timed out after {timeout_s} s waiting until {what}") from None
+
+
+def eventually_blocking(
+    probe: Callable[[], T],
+    accept: Callable[[T], bool],
+    *,
+    what: str,
+    timeout_s: float = 10.0,
+    interval_s: float = 0.02,
+) -> T:
+    """`eventually` for tests that drive a blocking client (the official SDK's sync one)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if accept(value):
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"timed out after {timeout_s} s waiting until {what}; last: {value!r}"
+            )
+        time.sleep(interval_s)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
+from jobstream.jobspec import Message, chat
 from jobstream.usage import Usage
 
 
@@ -37,6 +38,15 @@ class ProviderRequest:
     # Fields of the job's `simulate` object; only the simulated provider reads them.
     simulate: dict[str, Any] = field(default_factory=dict)
     send_mark: SendMark = field(default_factory=SendMark)
+    # A conversation instead of the prompt alone (the prompt is then its last user message), a
+    # system prompt, and sampling parameters (temperature, top_p) for a model that takes them.
+    messages: list[Message] | None = None
+    instructions: str | None = None
+    sampling: dict[str, float] = field(default_factory=dict)
+
+    def chat(self) -> list[Message]:
+        """The conversation as a chat model is sent it."""
+        return chat(self.prompt, self.messages, self.instructions)
 
 
 @dataclass(frozen=True)

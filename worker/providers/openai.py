@@ -40,6 +40,10 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
+def _input_tokens(request: ProviderRequest) -> int:
+    return estimate_tokens("".join(message["content"] for message in request.chat()))
+
+
 class _SendTrace:
     """httpcore's `trace` extension tells us when the request starts going out: the line
     between "safe to retry" and "the provider may be working on it"."""
@@ -123,7 +127,7 @@ class OpenAIProvider:
         return (input_tokens * self._input_price + output_tokens * self._output_price) / _MILLION
 
     def estimate_cost(self, request: ProviderRequest, output_tokens: int) -> Decimal:
-        return self.cost(estimate_tokens(request.prompt), output_tokens)
+        return self.cost(_input_tokens(request), output_tokens)
 
     async def stream(self, request: ProviderRequest) -> AsyncGenerator[StreamItem, None]:
         model = request.model or self._model
@@ -133,8 +137,9 @@ class OpenAIProvider:
             self._url,
             content=orjson.dumps(
                 {
+                    **request.sampling,
                     "model": model,
-                    "messages": [{"role": "user", "content": request.prompt}],
+                    "messages": request.chat(),
                     "max_tokens": request.max_tokens,
                     "stream": True,
                     "stream_options": {"include_usage": True},
@@ -239,7 +244,7 @@ class OpenAIProvider:
             input_tokens, output_tokens = reported
             return Usage(input_tokens, output_tokens, self.cost(input_tokens, output_tokens), True)
         # The server sent no usage chunk (include_usage unsupported): our estimate, flagged.
-        input_tokens, output_tokens = estimate_tokens(request.prompt), estimate_tokens(text)
+        input_tokens, output_tokens = _input_tokens(request), estimate_tokens(text)
         return Usage(
             input_tokens, output_tokens, self.cost(input_tokens, output_tokens), cost_known=False
         )

@@ -1,0 +1,212 @@
+"""The `/v1/responses` resource: create, retrieve (or stream), cancel, delete.
+
+A response is a job, created and read through the same functions as /api/jobs. What a create
+without `background: true` does (docs/openai.md): with `stream: true` it streams exactly as a
+background stream would; without it, the request waits for the job to end (or for the client to
+leave, or the server to stop) and answers with the response as it then is. Either way the job
+runs on if the client leaves (DESIGN.md §1: a request's end cancels nothing), and its id lets
+the client read it later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import structlog
+from starlette.requests import Request
+from starlette.responses import Response
+
+from jobstream import jobs
+from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound, RateLimited
+from jobstream.jobspec import JobSpec
+from jobstream.types import TERMINAL_STATUSES
+from server import validation
+from server.auth import sdk_tenant_id
+from server.jobs_api import log_created, read_body, refusal_problem, require_json, reservation
+from server.problems import Problem, not_found
+from server.responses import json_response
+from server.simulated_rules import SimulatedRules
+from server.state import AppState, state
+from server.subscription import SubscriptionClosed
+from server.tail import Tail
+from server.v1 import ids, objects, params
+from server.v1.objects import Head
+from server.v1.stream import ResponseStream
+
+log = structlog.get_logger(__name__)
+
+MAX_STARTING_AFTER = 2**62  # far past any seq * STRIDE, and still a bigint
+
+
+async def create_response(request: Request) -> Response:
+    app = state(request)
+    tenant = await sdk_tenant_id(request)  # first: an unauthenticated caller learns nothing more
+    require_json(request)
+    key = validation.idempotency_key(
+        request.headers.get("idempotency-key"), required=app.settings.require_idempotency_key
+    )
+    asked = params.parse(
+        validation.parse_json(await read_body(request, app.settings.max_body_bytes))
+    )
+    spec = _job_spec(app, asked.job)
+    try:
+        outcome = await jobs.create(
+            app.pool, tenant, spec, key, reserved_usd=reservation(request, spec), clock=app.clock,
+            announce=app.notices.announce,
+        )  # fmt: skip
+    except (IdempotencyConflict, BudgetExceeded, RateLimited) as exc:
+        raise refusal_problem(exc) from exc
+    job = outcome.job
+    if outcome.created:
+        log_created(job)
+    head = Head.of(job, app.settings)
+    if asked.stream:
+        return ResponseStream(app, head, last_seq=job["last_seq"], live=True)
+    if not asked.background and job["status"] not in TERMINAL_STATUSES:
+        await _until_finished(request, app, job["id"], job["last_seq"])
+    return await _current(app, tenant, head)
+
+
+def _job_spec(app: AppState, body: dict[str, object]) -> JobSpec:
+    try:
+        return validation.job_spec(
+            body,
+            default_provider=app.settings.default_provider,
+            simulated=SimulatedRules.of(app.settings),
+            allow_private_webhooks=app.settings.webhook_allow_private,
+        )
+    except Problem as problem:
+        if problem.errors is None:
+            raise
+        # The fields as this API names them: `input`, not `prompt` or `messages`.
+        renamed = [{**e, "field": params.openai_field(e["field"])} for e in problem.errors]
+        raise params.invalid(renamed) from None
+
+
+async def _until_finished(request: Request, app: AppState, job_id: uuid.UUID, seq: int) -> None:
+    """Wait for the job's `done`, the client leaving, or the server stopping, whichever first."""
+    sub = await app.hub.subscribe(job_id)
+    try:
+        tail = Tail(app.pool, job_id, seq, subscription=sub, last_seq=seq)
+        ending = asyncio.create_task(_done(tail), name=f"v1-wait-{job_id}")
+        leaving = asyncio.create_task(_disconnected(request), name=f"v1-client-{job_id}")
+        try:
+            await asyncio.wait((ending, leaving), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (ending, leaving):
+                task.cancel()
+            await asyncio.gather(ending, leaving, return_exceptions=True)
+        if ending.done() and not ending.cancelled():
+            ending.result()  # a database error is the request's error
+    finally:
+        sub.close()
+
+
+async def _done(tail: Tail) -> None:
+    try:
+        while batch := await tail.next():
+            if any(event.type == "done" for event in batch):
+                return
+    except SubscriptionClosed:
+        return  # cut off, or the server is stopping: answer with the state as it is
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _current(app: AppState, tenant: str, head: Head) -> Response:
+    try:
+        snap = await jobs.snapshot(app.pool, tenant, head.job_id)
+    except JobNotFound:
+        raise not_found(f"No response {ids.response_id(head.job_id)}.") from None
+    return json_response(objects.from_snapshot(head, snap))
+
+
+async def retrieve_response(request: Request) -> Response:
+    app = state(request)
+    tenant = await sdk_tenant_id(request)
+    job_id = _job_id(request)
+    query = request.query_params
+    # The SDKs send Accept: application/json even when they stream: `stream` alone decides.
+    stream = _flag(query.get("stream"), "stream")
+    starting_after = _starting_after(query.get("starting_after"))
+    try:
+        job = await jobs.get(app.pool, tenant, job_id)
+    except JobNotFound:
+        raise _unknown(job_id) from None
+    head = Head.of(job, app.settings)
+    if stream:
+        live = job["status"] not in TERMINAL_STATUSES
+        return ResponseStream(
+            app, head, last_seq=job["last_seq"], live=live, starting_after=starting_after
+        )
+    return await _current(app, tenant, head)
+
+
+async def cancel_response(request: Request) -> Response:
+    """Idempotent, like /api/jobs/{id}/cancel: a queued response is cancelled at once, a running
+    one stays in_progress until its worker confirms; a finished one is left as it is."""
+    app = state(request)
+    tenant = await sdk_tenant_id(request)
+    job_id = _job_id(request)
+    try:
+        job, changed = await jobs.cancel(app.pool, tenant, job_id, app.clock)
+    except JobNotFound:
+        raise _unknown(job_id) from None
+    if changed:
+        log.info("job_cancel_requested", job_id=str(job_id), status=job["status"])
+    return await _current(app, tenant, Head.of(job, app.settings))
+
+
+async def delete_response(request: Request) -> Response:
+    """A finished response goes, with its log; a running one is a 409 (cancel it first)."""
+    app = state(request)
+    tenant = await sdk_tenant_id(request)
+    job_id = _job_id(request)
+    try:
+        deleted = await jobs.delete_finished(app.pool, tenant, job_id)
+    except JobNotFound:
+        raise _unknown(job_id) from None
+    if not deleted:
+        raise Problem(
+            409, "response-running", "Response still running",
+            f"Response {ids.response_id(job_id)} has not finished: cancel it first.",
+        )  # fmt: skip
+    log.info("job_deleted", job_id=str(job_id))
+    return json_response({"id": ids.response_id(job_id), "object": "response", "deleted": True})
+
+
+def _job_id(request: Request) -> uuid.UUID:
+    raw: str = request.path_params["response_id"]
+    job_id = ids.job_id(raw)
+    if job_id is None:
+        # Never the whole segment: it is the client's text, of any length.
+        raise not_found(f"No response {raw[:60]!r}.")
+    return job_id
+
+
+def _unknown(job_id: uuid.UUID) -> Problem:
+    return not_found(f"No response {ids.response_id(job_id)}.")
+
+
+def _flag(raw: str | None, name: str) -> bool:
+    if raw is None or raw.lower() in ("false", "0"):
+        return False
+    if raw.lower() in ("true", "1"):
+        return True
+    raise Problem(400, "invalid-parameter", "Invalid parameter", f"{name} must be true or false.")
+
+
+def _starting_after(raw: str | None) -> int:
+    if raw is None:
+        return -1
+    value = validation.ascii_int(raw, max_digits=19)
+    if value is None or value > MAX_STARTING_AFTER:
+        raise Problem(
+            400, "invalid-parameter", "Invalid parameter",
+            f"starting_after must be a sequence number, not {raw[:40]!r}.",
+        )  # fmt: skip
+    return value

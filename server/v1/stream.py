@@ -1,0 +1,84 @@
+"""A response's event stream over SSE: the job's log, read as every reader reads it (the table,
+then the hub), told through `ResponseEvents`.
+
+Frames carry `event:` and `data:` only. The SDKs resume by `starting_after`, not `Last-Event-ID`,
+and their SSE decoder keeps a last event id across events, so after one `id:` line every
+heartbeat's blank line would dispatch an empty event that the SDK fails to parse as JSON. For
+the same reason no `retry:` frame is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncGenerator
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from jobstream import sse
+from server.event_stream import EventStream
+from server.state import AppState
+from server.subscription import SubscriptionClosed
+from server.tail import Tail
+from server.v1.mapping import ResponseEvent, ResponseEvents
+from server.v1.objects import Head
+
+
+class ResponseStream(Response):
+    """The events numbered after `starting_after` (-1: all), live until the job ends."""
+
+    def __init__(  # no super().__init__: nothing of a buffered Response applies to a stream
+        self,
+        app: AppState,
+        head: Head,
+        *,
+        last_seq: int,
+        live: bool,
+        starting_after: int = -1,
+    ) -> None:
+        self._app = app
+        self._head = head
+        self._job_id: uuid.UUID = head.job_id
+        self._last_seq = last_seq
+        self._live = live
+        self._after = starting_after
+        # As for /api/jobs/{id}/events: a live stream ends with its subscription; a replay of a
+        # finished job follows nothing and ends when the server stops.
+        self._stop = asyncio.Event() if live else app.hub.stopping
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = EventStream(
+            self._body(), heartbeat_s=self._app.settings.sse_heartbeat_s, stop=self._stop
+        )
+        self._app.open_streams += 1
+        try:
+            await response(scope, receive, send)
+        finally:
+            self._app.open_streams -= 1
+
+    async def _body(self) -> AsyncGenerator[bytes, None]:
+        app = self._app
+        # Subscribe before the first read: see Tail.
+        sub = await app.hub.subscribe(self._job_id, closed=self._stop) if self._live else None
+        try:
+            # From the log's start whatever the cursor: an event's numbering depends on what
+            # came before it (mapping.py).
+            tail = Tail(app.pool, self._job_id, 0, subscription=sub, last_seq=self._last_seq)
+            told = ResponseEvents(self._head, starting_after=self._after)
+            while batch := await tail.next():
+                frames = [_frame(out) for event in batch for out in told.feed(event)]
+                if frames:
+                    yield b"".join(frames)  # one write per batch, as for /api's streams
+                if told.ended or tail.finished(batch):
+                    return
+        except SubscriptionClosed:
+            return  # cut off, or the server is stopping: the client resumes with starting_after
+        finally:
+            if sub is not None:
+                sub.close()
+
+
+def _frame(event: ResponseEvent) -> bytes:
+    return sse.frame(event["type"], orjson.dumps(event).decode())
