@@ -102,3 +102,14 @@ async def test_a_404_does_not_echo_a_long_job_id(client: httpx.AsyncClient) -> N
     response = await client.get("/api/jobs/" + "x" * 20_000)
     assert response.status_code == 404
     assert len(response.content) < 400
+
+
+async def test_a_method_not_allowed_names_every_method_the_path_allows(
+    client: httpx.AsyncClient,
+) -> None:
+    # Found by the fuzz test: /api/jobs was two routes, and a 405 named only the first's method
+    # (`Allow: POST`), though GET is allowed too (RFC 9110 §15.5.6).
+    response = await client.delete("/api/jobs")
+    assert response.status_code == 405
+    assert response.headers["content-type"] == PROBLEM
+    assert {m.strip() for m in response.headers["allow"].split(",")} == {"GET", "HEAD", "POST"}

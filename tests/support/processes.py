@@ -98,6 +98,19 @@ class ManagedProcess:
                 events.append(parsed)
         return events
 
+    def errors_logged(self) -> list[str]:
+        """Its error-level log lines, and any traceback printed outside the log (a crash before
+        logging was set up), one line each: what went wrong, in short."""
+        found = []
+        for line in self.log_events():
+            if line.get("level") in ("error", "critical"):
+                cause = str(line.get("exception", "")).strip().splitlines()[-1:]
+                found.append(f"{self.name} logged {line.get('event')!r} {cause}")
+        tracebacks = [line for line in self.output().splitlines() if line.startswith("Traceback")]
+        if tracebacks:
+            found.append(f"{self.name} printed {len(tracebacks)} traceback(s)")
+        return found
+
     async def wait_for_log(self, event: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
         """The first log line whose `event` is `event`; fails early if the process exits."""
         loop = asyncio.get_running_loop()

@@ -1,0 +1,462 @@
+"""Chaos against a real fleet (DESIGN.md §4.6): workers killed with -9 every ~2 s, servers killed
+and restarted, PostgreSQL crashed and restarted, while jobs are created through the servers and
+followed over SSE by readers that reconnect. Then every promise is checked:
+
+- every job created is terminal, and there is one job per Idempotency-Key (creates that met a
+  dead server or database were retried with their key);
+- a succeeded job has exactly one accepted (succeeded) attempt and the exact text; any other
+  has none; the event log is gap-free; money: nothing stays reserved, the tenant was charged once
+  per accepted result;
+- every follower saw every event once, in order (the table's log), and its text is the result;
+- no process exited on its own (only the ones killed on purpose are gone).
+
+`tests/e2e/test_chaos.py` runs a short plan; `make chaos` (tests/e2e/chaos.py) a long one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+import httpx
+
+from jobstream import db, events
+from jobstream.embedded_pg import EmbeddedPostgres, free_port
+from jobstream.follower import Follower, FollowError
+from jobstream.types import TERMINAL_STATUSES
+from tests.support.processes import ManagedProcess, Processes
+from tests.support.sse_client import reassemble
+
+TENANT = "default"
+
+
+@dataclass(frozen=True)
+class Plan:
+    duration_s: float  # how long the faults go on
+    jobs: int  # created over the first 80 % of it
+    workers: int = 3
+    servers: int = 2
+    worker_kill_every_s: float = 2.0  # one worker, chosen at random, each time (±25 %)
+    server_restart_every_s: float = 10.0
+    postgres_restart_every_s: float = 25.0
+    tokens: tuple[int, int] = (30, 90)  # per job, at 40 tokens/s: about 1-2 s of streaming
+    settle_timeout_s: float = 90.0  # after the faults stop, for every job and follower to end
+
+
+@dataclass
+class Figures:
+    jobs: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    attempts: int = 0
+    attempts_lost: int = 0
+    worker_kills: int = 0
+    server_restarts: int = 0
+    postgres_restarts: int = 0
+    create_retries: int = 0  # creates sent again with their key after a failure
+    followers: int = 0
+    follower_reconnects: int = 0  # after a dropped connection or a refused one
+    follower_hangups: int = 0  # readers that hung up on purpose and resumed from their cursor
+    events_checked: int = 0
+    elapsed_s: float = 0.0
+    problems: list[str] = field(default_factory=list)  # every promise broken; empty: all held
+
+    def summary(self) -> str:
+        lines = [
+            f"jobs:               {self.jobs} {dict(sorted(self.statuses.items()))}",
+            f"attempts:           {self.attempts} ({self.attempts_lost} lost to a dead worker)",
+            f"worker kills (-9):  {self.worker_kills}",
+            f"server restarts:    {self.server_restarts} (kill -9, then start)",
+            f"postgres restarts:  {self.postgres_restarts} (immediate stop: a crash, then start)",
+            f"create retries:     {self.create_retries}",
+            f"followers:          {self.followers} ({self.follower_reconnects} reconnects, "
+            f"{self.follower_hangups} deliberate hang-ups)",
+            f"events checked:     {self.events_checked}",
+            f"time:               {self.elapsed_s:.0f} s",
+            f"problems:           {len(self.problems)}",
+            *(f"  - {problem}" for problem in self.problems[:50]),
+        ]
+        return "\n".join(lines)
+
+
+def counted(tokens: int) -> str:
+    return "".join(f"{i} " for i in range(tokens))
+
+
+class Fleet:
+    """The worker and server processes; it knows which exits it caused."""
+
+    def __init__(self, group: Processes, database_url: str, plan: Plan) -> None:
+        self._group = group
+        self._plan = plan
+        self._spawned = 0
+        self.env = {
+            "DATABASE_URL": database_url,
+            # One key for every server, so that any of them accepts any events_url token.
+            "JOBSTREAM_SECRET_KEY": "chaos",
+            "JOBSTREAM_LOG_JSON": "true",
+            "JOBSTREAM_LEASE_S": "2",
+            "JOBSTREAM_POLL_INTERVAL_S": "0.1",
+            "JOBSTREAM_BACKOFF_BASE_S": "0",
+            "JOBSTREAM_BACKOFF_MAX_S": "0",
+            "JOBSTREAM_HUB_RECHECK_S": "1",
+            "JOBSTREAM_HUB_PROBE_S": "1",
+            "JOBSTREAM_SHUTDOWN_GRACE_S": "0",
+            # A process started while PostgreSQL is down waits for it, never gives up.
+            "JOBSTREAM_DB_CONNECT_TIMEOUT_S": "120",
+        }
+        self.ports = [free_port() for _ in range(plan.servers)]
+        self.urls = [f"http://127.0.0.1:{port}" for port in self.ports]
+        self.workers: list[ManagedProcess] = []
+        self.servers: list[ManagedProcess] = []
+        self.killed: set[int] = set()  # pids we killed
+        self.everyone: list[ManagedProcess] = []
+
+    def _spawn(self, module: str, env: dict[str, str]) -> ManagedProcess:
+        self._spawned += 1
+        process = self._group.spawn(module, env, name=f"{module}-{self._spawned}")
+        self.everyone.append(process)
+        return process
+
+    def spawn_worker(self) -> ManagedProcess:
+        worker = self._spawn("worker", {**self.env, "JOBSTREAM_WORKER_ID": f"w{self._spawned + 1}"})
+        self.workers.append(worker)
+        return worker
+
+    def spawn_server(self, slot: int) -> ManagedProcess:
+        server = self._spawn("server", {**self.env, "JOBSTREAM_PORT": str(self.ports[slot])})
+        if slot < len(self.servers):
+            self.servers[slot] = server
+        else:
+            self.servers.append(server)
+        return server
+
+    async def start(self) -> None:
+        for _ in range(self._plan.workers):
+            self.spawn_worker()
+        for slot in range(self._plan.servers):
+            self.spawn_server(slot)
+        await asyncio.gather(*(self.wait_up(slot) for slot in range(self._plan.servers)))
+
+    async def wait_up(self, slot: int, timeout_s: float = 60) -> None:
+        server = self.servers[slot]
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(base_url=self.urls[slot], timeout=2) as client:
+            while True:
+                if server.returncode is not None:
+                    raise AssertionError(f"{server.name} exited ({server.returncode})")
+                try:
+                    if (await client.get("/healthz")).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{server.name} did not answer within {timeout_s} s")
+                await asyncio.sleep(0.05)
+
+    async def kill(self, process: ManagedProcess) -> None:
+        self.killed.add(process.pid)
+        process.kill()
+        await process.wait_async(10)
+
+    async def kill_a_worker(self, rng: random.Random) -> None:
+        victim = rng.choice(self.workers)
+        self.workers.remove(victim)
+        await self.kill(victim)
+        self.spawn_worker()
+
+    async def restart_server(self, slot: int) -> None:
+        await self.kill(self.servers[slot])
+        self.spawn_server(slot)
+        await self.wait_up(slot)
+
+    def errors_logged(self) -> list[str]:
+        """An attempt that crashed is a defect even when a retry then covers it (the job still
+        succeeds, and nothing else would tell)."""
+        return [error for process in self.everyone for error in process.errors_logged()]
+
+    def unexpected_exits(self) -> list[str]:
+        return [
+            f"{p.name} exited on its own with {p.returncode}: {p.output()[-1500:]}"
+            for p in self.everyone
+            if p.returncode is not None and p.pid not in self.killed
+        ]
+
+
+class Reader:
+    """One follower of a job: resumes from its cursor after any failure; a choppy one also hangs
+    up now and then on purpose, as a phone on a train does."""
+
+    def __init__(
+        self, client: httpx.AsyncClient, job_id: str, *, choppy: bool, rng: random.Random
+    ) -> None:
+        self.job_id = job_id
+        self.seen: list[dict[str, Any]] = []
+        self.reconnects = 0
+        self.hangups = 0
+        self.error: str | None = None  # why it stopped before the end, if it did
+        self._choppy = choppy
+        self._rng = rng
+        self._follower = Follower(
+            client, job_id, backoff_max_s=0.5, on_retry=self._retrying, rng=random.Random()
+        )
+        self.task = asyncio.create_task(self._run(), name=f"reader-{job_id}")
+
+    def _retrying(self, delay_s: float, reason: str) -> None:
+        self.reconnects += 1
+
+    async def _run(self) -> None:
+        try:
+            async for event in self._follower.events():
+                self.seen.append(event)
+                if self._choppy and event["type"] != "done" and self._rng.random() < 0.1:
+                    self.hangups += 1
+                    self._follower.resume_from(self._follower.cursor)
+        except FollowError as exc:  # a 4xx: the server refused this reader for good
+            self.error = str(exc)
+
+
+class Chaos:
+    def __init__(
+        self,
+        plan: Plan,
+        group: Processes,
+        postgres: EmbeddedPostgres,
+        database_url: str,
+        rng: random.Random,
+    ) -> None:
+        self.plan = plan
+        self.fleet = Fleet(group, database_url, plan)
+        self.postgres = postgres
+        self.database_url = database_url
+        self.rng = rng
+        self.figures = Figures()
+        self.stop = asyncio.Event()
+        self.created: dict[str, tuple[str, int]] = {}  # job id -> (idempotency key, tokens)
+        self.readers: list[Reader] = []
+        self.clients: list[httpx.AsyncClient] = []
+
+    async def run(self) -> Figures:
+        started = time.monotonic()
+        self.clients = [httpx.AsyncClient(base_url=url, timeout=5) for url in self.fleet.urls]
+        try:
+            await self.fleet.start()
+            # A fault that fails (a server that never came back) cancels the rest, and the body.
+            async with asyncio.TaskGroup() as chaos:
+                chaos.create_task(self._kill_workers(), name="kill-workers")
+                chaos.create_task(self._restart_servers(), name="restart-servers")
+                chaos.create_task(self._restart_postgres(), name="restart-postgres")
+                chaos.create_task(self._watch_exits(), name="watch-exits")
+                # Each create retries within the settle time, so the group's end is bounded.
+                chaos.create_task(self._create_jobs(), name="create-jobs")
+                await asyncio.sleep(self.plan.duration_s)
+                # Each fault finishes what it started: PostgreSQL and every server are up after.
+                self.stop.set()
+            await self._settle()
+        finally:
+            self.stop.set()
+            for reader in self.readers:
+                reader.task.cancel()
+            await asyncio.gather(*(r.task for r in self.readers), return_exceptions=True)
+            for client in self.clients:
+                await client.aclose()
+        self.figures.elapsed_s = time.monotonic() - started
+        return self.figures
+
+    async def _pause(self, mean_s: float) -> bool:
+        """Wait about `mean_s` (±25 %); True when the chaos is over."""
+        try:
+            await asyncio.wait_for(self.stop.wait(), mean_s * self.rng.uniform(0.75, 1.25))
+        except TimeoutError:
+            return False
+        return True
+
+    async def _kill_workers(self) -> None:
+        while not await self._pause(self.plan.worker_kill_every_s):
+            await self.fleet.kill_a_worker(self.rng)
+            self.figures.worker_kills += 1
+
+    async def _restart_servers(self) -> None:
+        while not await self._pause(self.plan.server_restart_every_s):
+            await self.fleet.restart_server(self.rng.randrange(self.plan.servers))
+            self.figures.server_restarts += 1
+
+    async def _restart_postgres(self) -> None:
+        while not await self._pause(self.plan.postgres_restart_every_s):
+            try:
+                await asyncio.to_thread(self.postgres.stop, "immediate")
+                await asyncio.sleep(self.rng.uniform(0.2, 1.0))  # down for a moment
+            finally:
+                # Even when cancelled: the suite's other tests share this PostgreSQL.
+                await asyncio.to_thread(self.postgres.start)
+            self.figures.postgres_restarts += 1
+
+    async def _watch_exits(self) -> None:
+        while not await self._pause(0.5):
+            for exit_ in self.fleet.unexpected_exits():
+                if exit_ not in self.figures.problems:
+                    self.figures.problems.append(exit_)
+
+    async def _create_jobs(self) -> None:
+        spread_s = self.plan.duration_s * 0.8
+        tasks = []
+        for i in range(self.plan.jobs):
+            tasks.append(asyncio.create_task(self._create(i), name=f"create-{i}"))
+            await asyncio.sleep(spread_s / self.plan.jobs)
+        await asyncio.gather(*tasks)
+
+    async def _create(self, i: int) -> None:
+        tokens = self.rng.randint(*self.plan.tokens)
+        simulate = {"tokens": tokens, "pattern": "count", "tokens_per_second": 40,
+                    "first_token_delay_s": 0}  # fmt: skip
+        body = {"prompt": f"chaos {i}", "max_tokens": tokens, "max_attempts": 10,
+                "simulate": simulate}  # fmt: skip
+        key = f"chaos-{i}-{uuid.uuid4()}"
+        deadline = time.monotonic() + self.plan.settle_timeout_s
+        slot = i % self.plan.servers
+        while True:
+            try:
+                response = await self.clients[slot].post(
+                    "/api/jobs", json=body, headers={"Idempotency-Key": key}
+                )
+                if response.status_code in (200, 202):
+                    break
+                if response.status_code < 500:
+                    self.figures.problems.append(
+                        f"create {i}: {response.status_code} {response.text}"
+                    )
+                    return
+            except httpx.TransportError:
+                pass
+            # The server or the database is down: the same request again, with the same key.
+            if time.monotonic() > deadline:
+                self.figures.problems.append(f"create {i}: no answer within the settle time")
+                return
+            self.figures.create_retries += 1
+            slot = (slot + 1) % self.plan.servers
+            await asyncio.sleep(0.2)
+        job_id = response.json()["id"]
+        self.created[job_id] = (key, tokens)
+        # Two followers, one on each server; one of them hangs up now and then on purpose.
+        for k in range(2):
+            client = self.clients[(i + k) % self.plan.servers]
+            self.readers.append(Reader(client, job_id, choppy=k == 1, rng=self.rng))
+
+    async def _settle(self) -> None:
+        pool = await db.create_pool(self.database_url, min_size=1, max_size=4)
+        try:
+            await self._until_terminal(pool)
+            # Late readers, one per job: a replay from the start of a finished job.
+            for job_id in self.created:
+                client = self.rng.choice(self.clients)
+                self.readers.append(Reader(client, job_id, choppy=False, rng=self.rng))
+            try:
+                async with asyncio.timeout(self.plan.settle_timeout_s):
+                    await asyncio.gather(*(r.task for r in self.readers))
+            except TimeoutError:
+                stuck = [r.job_id for r in self.readers if not r.task.done()]
+                self.figures.problems.append(f"{len(stuck)} followers never ended: {stuck[:5]}")
+            await self._check(pool)
+        finally:
+            await pool.close()
+
+    async def _until_terminal(self, pool: asyncpg.Pool) -> None:
+        ids = [uuid.UUID(job_id) for job_id in self.created]
+        deadline = time.monotonic() + self.plan.settle_timeout_s
+        while True:
+            open_jobs = await pool.fetchval(
+                "SELECT count(*) FROM jobs WHERE id = ANY($1) AND status <> ALL($2)",
+                ids, list(TERMINAL_STATUSES),
+            )  # fmt: skip
+            if open_jobs == 0:
+                return
+            if time.monotonic() > deadline:
+                self.figures.problems.append(f"{open_jobs} jobs not terminal after the settle time")
+                return
+            await asyncio.sleep(0.2)
+
+    async def _check(self, pool: asyncpg.Pool) -> None:
+        figures, problems = self.figures, self.figures.problems
+        figures.jobs = len(self.created)
+        figures.followers = len(self.readers)
+        figures.follower_reconnects = sum(r.reconnects for r in self.readers)
+        figures.follower_hangups = sum(r.hangups for r in self.readers)
+        problems += [p for p in self.fleet.unexpected_exits() if p not in problems]
+        problems += self.fleet.errors_logged()
+        total = await pool.fetchval("SELECT count(*) FROM jobs WHERE tenant_id = $1", TENANT)
+        if total != len(self.created):
+            problems.append(f"{total} jobs stored for {len(self.created)} idempotency keys")
+        logs: dict[str, list[dict[str, Any]]] = {}
+        for job_id, (_key, tokens) in self.created.items():
+            logs[job_id] = await self._check_job(pool, job_id, tokens)
+        for reader in self.readers:
+            log = logs[reader.job_id]
+            figures.events_checked += len(reader.seen)
+            if reader.error is not None:
+                problems.append(f"job {reader.job_id}: a follower was refused: {reader.error}")
+            elif reader.seen != log:
+                problems.append(
+                    f"job {reader.job_id}: a follower saw {len(reader.seen)} events "
+                    f"(seqs {[e['seq'] for e in reader.seen][:40]}), the log has {len(log)}"
+                )
+            elif (
+                log[-1:]
+                and log[-1].get("status") == "succeeded"
+                and (reassemble(reader.seen) != log[-1]["result"]["text"])
+            ):
+                problems.append(f"job {reader.job_id}: a follower's text is not the result")
+        await self._check_money(pool)
+
+    async def _check_job(
+        self, pool: asyncpg.Pool, job_id: str, tokens: int
+    ) -> list[dict[str, Any]]:
+        problems = self.figures.problems
+        row = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", uuid.UUID(job_id))
+        assert row is not None
+        status = row["status"]
+        self.figures.statuses[status] = self.figures.statuses.get(status, 0) + 1
+        outcomes = [
+            r["outcome"]
+            for r in await pool.fetch(
+                "SELECT outcome FROM job_attempts WHERE job_id = $1 ORDER BY attempt", row["id"]
+            )
+        ]
+        self.figures.attempts += len(outcomes)
+        self.figures.attempts_lost += outcomes.count("lost")
+        accepted = outcomes.count("succeeded")
+        if status not in TERMINAL_STATUSES:
+            problems.append(f"job {job_id} is {status}")
+        if accepted != (1 if status == "succeeded" else 0):
+            problems.append(f"job {job_id} ({status}) has {accepted} accepted results: {outcomes}")
+        if status == "succeeded" and row["result"]["text"] != counted(tokens):
+            problems.append(f"job {job_id}: the result is not the text of {tokens} tokens")
+        log = [e.to_json() for e in await events.read_after(pool, row["id"], 0, limit=100_000)]
+        if [e["seq"] for e in log] != list(range(1, row["last_seq"] + 1)):
+            problems.append(f"job {job_id}: the log is not 1..{row['last_seq']} without gaps")
+        if not log or log[-1]["type"] != "done" or log[-1]["status"] != status:
+            problems.append(f"job {job_id}: the log does not end with its done ({status})")
+        elif status == "succeeded" and reassemble(log) != row["result"]["text"]:
+            problems.append(f"job {job_id}: the log's text is not the result")
+        if row["reserved_usd"] != 0:
+            problems.append(f"job {job_id} ({status}) still holds {row['reserved_usd']} USD")
+        return log
+
+    async def _check_money(self, pool: asyncpg.Pool) -> None:
+        balance = await pool.fetchrow(
+            "SELECT reserved_usd, spent_usd FROM tenant_balances WHERE tenant_id = $1", TENANT
+        )
+        charged: Decimal = await pool.fetchval(
+            "SELECT coalesce(sum(charged_usd), 0) FROM jobs WHERE tenant_id = $1", TENANT
+        )
+        assert balance is not None
+        if balance["reserved_usd"] != 0:
+            self.figures.problems.append(f"the tenant still has {balance['reserved_usd']} reserved")
+        if balance["spent_usd"] != charged:
+            self.figures.problems.append(
+                f"the tenant spent {balance['spent_usd']} but its jobs were charged {charged}"
+            )
