@@ -58,7 +58,8 @@ async def _run(admin_url: str) -> None:
 # --- token events one worker process persists ---
 
 
-async def throughput(url: str, *, jobs: int, tokens: int, rate: float, what: str) -> None:
+async def throughput(url: str, *, jobs: int, tokens: int, rate: float, what: str) -> float:
+    """Print the figures and return the deltas persisted per second."""
     pool = await db.create_pool(url, min_size=1, max_size=4)
     try:
         simulate = {"tokens": tokens, "pattern": "count", "tokens_per_second": rate,
@@ -87,6 +88,7 @@ async def throughput(url: str, *, jobs: int, tokens: int, rate: float, what: str
         f" {deltas / row['events']:,.1f} deltas, {row['chars'] / row['events']:,.0f} chars),"
         f" {deltas / seconds:,.0f} deltas/s"
     )
+    return deltas / seconds
 
 
 # --- delay from a provider delta to an SSE client ---

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobstream import queries
+import orjson
+
+from jobstream import queries, sse
 from jobstream.db import Conn, Queryable
 from jobstream.errors import Fenced
 from jobstream.types import EventType
@@ -30,6 +32,19 @@ class Event:
     attempt: int
     data: dict[str, Any]
     at: datetime
+
+    # The event's SSE frame once built: the hub hands the same Event to every follower of its
+    # job, so a wake-up's frames are encoded once, not once per follower.
+    _frame: bytes | None = field(default=None, init=False, repr=False, compare=False)
+
+    def sse_frame(self) -> bytes:
+        """The event as one SSE frame, `id` its seq, `data` its JSON (API.md); built once."""
+        frame = self._frame
+        if frame is None:
+            data = orjson.dumps(self.to_json()).decode()
+            frame = sse.frame(self.type, data, id=str(self.seq))
+            object.__setattr__(self, "_frame", frame)  # frozen: a cache, not a field change
+        return frame
 
     def to_json(self) -> dict[str, Any]:
         """The event as API.md shows it: `{seq, type, attempt, at, ...fields}`."""
@@ -80,6 +95,25 @@ async def read_after(
         )
         for r in rows
     ]
+
+
+async def read_after_many(
+    conn: Queryable, after: dict[uuid.UUID, int], limit: int = READ_LIMIT
+) -> dict[uuid.UUID, list[Event]]:
+    """read_after for each job of `after` (job id -> seq read up to), in one statement."""
+    rows = await conn.fetch(queries.EVENTS_AFTER_MANY, list(after), list(after.values()), limit)
+    pages: dict[uuid.UUID, list[Event]] = {}
+    for r in rows:
+        pages.setdefault(r["job_id"], []).append(
+            Event(
+                seq=r["seq"],
+                type=r["type"],
+                attempt=r["attempt"],
+                data=r["data"],
+                at=r["created_at"],
+            )
+        )
+    return pages
 
 
 async def attempt_text(conn: Queryable, job_id: uuid.UUID, attempt: int) -> str:

@@ -9,7 +9,6 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import asyncpg
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -17,9 +16,10 @@ from starlette.types import Receive, Scope, Send
 from jobstream import queries, sse
 from jobstream.events import Event
 from jobstream.types import TERMINAL_STATUSES
-from server import validation
+from server import gone, validation
 from server.auth import tenant_id
 from server.event_stream import EventStream
+from server.flag import Flag, Stop
 from server.jobs_api import job_id_param
 from server.problems import Problem, not_found
 from server.responses import json_response
@@ -29,6 +29,21 @@ from server.tail import Tail
 
 MAX_WAIT_S = 30.0
 MAX_SEQ = 2**63 - 1  # bigint
+
+
+class _FollowEventsApp:
+    """follow_events as a bare ASGI endpoint: starlette's wrapper of a request handler (its
+    Request, closures and exception scope, about 2 KiB) would stay alive as long as each stream
+    does. Errors still reach the app's exception handlers, which answer them the same way.
+    (An instance, not a function: starlette wraps any function endpoint as a request handler.)
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await follow_events(Request(scope, receive))
+        await response(scope, receive, send)
+
+
+follow_events_app = _FollowEventsApp()
 
 
 async def follow_events(request: Request) -> Response:
@@ -78,7 +93,7 @@ async def _progress(app: AppState, job_id: uuid.UUID, tenant: str | None) -> asy
     else:
         progress = await app.pool.fetchrow(queries.JOB_PROGRESS, job_id, tenant)
     if progress is None:
-        raise not_found(f"No job {job_id}.")
+        raise await gone.missing(app, job_id, tenant)
     return progress
 
 
@@ -124,11 +139,15 @@ class _Stream(Response):
         self._live = live
         # A live stream ends when its subscription does (cut off, or the server stopping); a
         # replay of a finished job follows nothing, so it ends when the server stops.
-        self._stop = asyncio.Event() if live else app.hub.stopping
+        self._stop: Stop = Flag() if live else app.hub.stopping
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        settings = self._app.settings
         response = EventStream(
-            self._body(), heartbeat_s=self._app.settings.sse_heartbeat_s, stop=self._stop
+            self._body(),
+            heartbeat_s=settings.sse_heartbeat_s,
+            stop=self._stop,
+            send_timeout_s=settings.sse_send_timeout_s,
         )
         self._app.open_streams += 1
         try:
@@ -147,7 +166,7 @@ class _Stream(Response):
             )
             while batch := await tail.next():
                 # One chunk per batch: a replay of a thousand events is one write, not a thousand.
-                yield b"".join(_frame(event) for event in batch)
+                yield b"".join([event.sse_frame() for event in batch])
                 if tail.finished(batch):
                     return
         except SubscriptionClosed:
@@ -155,10 +174,6 @@ class _Stream(Response):
         finally:
             if sub is not None:
                 sub.close()
-
-
-def _frame(event: Event) -> bytes:
-    return sse.frame(event.type, orjson.dumps(event.to_json()).decode(), id=str(event.seq))
 
 
 async def _poll(

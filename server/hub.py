@@ -1,8 +1,11 @@
 """The hub: one LISTEN connection per server process wakes the subscribers of each job.
 
 LISTEN/NOTIFY is only a wake-up hint; the event table is the truth (DESIGN.md §5). Per followed
-job there is one feed: a task that, on each wake-up, reads the new events once and fans them out
-to every subscriber's bounded buffer. Wake-ups come from NOTIFY (`job_id:last_seq`), from a
+job there is one feed: where it has read up to, and its subscribers. One reader task serves every
+feed: on each wake-up it reads the new events of every job that has news in one statement
+(a worker's token write notifies for all its streams in one commit, so a thousand followed jobs
+were a thousand reads a tick) and fans each job's events out, the same Event objects, to every
+subscriber's bounded buffer. Wake-ups come from NOTIFY (`job_id:last_seq`), from a
 periodic re-check of every followed job's `last_seq` in one statement (a lost NOTIFY is late by
 at most `recheck_s`), and from every (re)connect of the listener (notifications sent while it was
 down are gone).
@@ -20,6 +23,7 @@ import structlog
 
 from jobstream import db, events, queries
 from jobstream.listener import Listener
+from server.flag import Stop
 from server.lag import LagHistogram
 from server.subscription import CloseReason, Subscription
 
@@ -27,6 +31,8 @@ log = structlog.get_logger(__name__)
 
 # Pause before a feed retries a failed read (the database is away or restarting).
 READ_RETRY_S = 0.5
+# The most jobs one read asks about; more are read in the next statement of the same wake-up.
+READ_JOBS = 500
 
 
 class _Feed:
@@ -37,12 +43,8 @@ class _Feed:
         self.subscribers: set[Subscription] = set()
         self.position: int | None = None  # highest seq fanned out; None until the first read
         self.ready = asyncio.Event()  # position is known
-        self.wanted = asyncio.Event()  # the table may hold events past position
-        self.task: asyncio.Task[None] | None = None
-
-    def wake(self, last_seq: int | None = None) -> None:
-        if last_seq is None or self.position is None or last_seq > self.position:
-            self.wanted.set()
+        self.wanted = False  # the table may hold events past position
+        self.task: asyncio.Task[None] | None = None  # finds the first position
 
 
 class Hub:
@@ -63,6 +65,8 @@ class Hub:
         # off by one read, even by the burst that follows a reconnect.
         self._page = min(events.READ_LIMIT, max(1, buffer // 2))
         self._feeds: dict[uuid.UUID, _Feed] = {}
+        self._due: dict[uuid.UUID, _Feed] = {}  # feeds whose table may hold unread events
+        self._due_now = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._recheck_now = asyncio.Event()
         # Set when the server begins to stop; streams that follow nothing (replays) end on it.
@@ -84,6 +88,7 @@ class Hub:
     async def start(self, *, connect_timeout_s: float = 10) -> None:
         self._spawn(self.listener.run(), "hub-listener")
         self._spawn(self._recheck_loop(), "hub-recheck")
+        self._spawn(self._read_loop(), "hub-reader")
         # Ready means LISTEN is in effect; if it is not yet, the re-check still serves streams.
         try:
             async with asyncio.timeout(connect_timeout_s):
@@ -111,9 +116,7 @@ class Hub:
 
     # --- subscribing ---
 
-    async def subscribe(
-        self, job_id: uuid.UUID, *, closed: asyncio.Event | None = None
-    ) -> Subscription:
+    async def subscribe(self, job_id: uuid.UUID, *, closed: Stop | None = None) -> Subscription:
         """Follow a job's new events. Returns once every event committed from now on will be
         delivered; the caller then reads its backlog from the table and drops seqs it has seen.
         `closed`, if given, is set when the subscription ends.
@@ -141,6 +144,8 @@ class Hub:
         feed.subscribers.discard(sub)
         if not feed.subscribers:
             del self._feeds[sub.job_id]
+            if self._due.get(sub.job_id) is feed:
+                del self._due[sub.job_id]
             feed.ready.set()  # nobody may wait for a feed that will never start
             if feed.task is not None:
                 feed.task.cancel()
@@ -160,7 +165,15 @@ class Hub:
             return
         feed = self._feeds.get(job_id)
         if feed is not None:
-            feed.wake(last_seq)
+            self._wake(feed, last_seq)
+
+    def _wake(self, feed: _Feed, last_seq: int | None = None) -> None:
+        if last_seq is not None and feed.position is not None and last_seq <= feed.position:
+            return
+        feed.wanted = True
+        if feed.position is not None:  # else its start adds it, once it has a position
+            self._due[feed.job_id] = feed
+            self._due_now.set()
 
     async def _recheck_loop(self) -> None:
         while True:
@@ -186,30 +199,27 @@ class Hub:
                 if feed is None:
                     continue
                 if job_id in found:
-                    feed.wake(found[job_id])
+                    self._wake(feed, found[job_id])
                 else:
                     self._close_feed(feed, "gone")
 
     # --- reading and fan-out ---
 
     async def _feed_loop(self, feed: _Feed) -> None:
+        """Find the feed's first position; the reader task serves it from then on."""
         try:
             while True:
                 try:
-                    if feed.position is None:
-                        if not await self._start_feed(feed):
-                            return
-                        continue
-                    await feed.wanted.wait()
-                    feed.wanted.clear()
-                    await self._read(feed)
+                    if await self._start_feed(feed) and feed.wanted:
+                        self._due[feed.job_id] = feed
+                        self._due_now.set()
+                    return
                 except (*db.DISCONNECTS, asyncpg.PostgresError) as exc:
                     log.warning("hub_read_failed", job_id=str(feed.job_id), error=str(exc))
-                    feed.wanted.set()
                     await asyncio.sleep(READ_RETRY_S)
         except Exception:
             # A bug, not an outage: end these streams (their clients resume from their cursors)
-            # rather than leave them waiting on a feed that no longer reads.
+            # rather than leave them waiting on a feed that never reads.
             log.exception("hub_feed_failed", job_id=str(feed.job_id))
             self._close_feed(feed, "error")
 
@@ -224,23 +234,63 @@ class Hub:
         feed.ready.set()
         return True
 
-    async def _read(self, feed: _Feed) -> None:
-        assert feed.position is not None
+    async def _read_loop(self) -> None:
         while True:
-            page = await events.read_after(self._pool, feed.job_id, feed.position, self._page)
-            self.reads += 1
-            if not page:
-                return
-            feed.position = page[-1].seq
+            await self._due_now.wait()
+            self._due_now.clear()
+            due = list(self._due.values())
+            self._due.clear()
+            for start in range(0, len(due), READ_JOBS):
+                await self._read(due[start : start + READ_JOBS])
+
+    async def _read(self, due: list[_Feed]) -> None:
+        feeds = [f for f in due if self._feeds.get(f.job_id) is f and f.position is not None]
+        if not feeds:
+            return
+        for feed in feeds:
+            feed.wanted = False
+        after = {feed.job_id: feed.position for feed in feeds if feed.position is not None}
+        try:
+            pages = await events.read_after_many(self._pool, after, self._page)
+        except (*db.DISCONNECTS, asyncpg.PostgresError) as exc:
+            log.warning("hub_read_failed", jobs=len(feeds), error=str(exc))
+            for feed in feeds:
+                self._wake(feed)
+            await asyncio.sleep(READ_RETRY_S)
+            return
+        except Exception:
+            # A bug, not an outage: end these streams (their clients resume from their cursors)
+            # rather than leave them waiting on feeds that no longer read.
+            log.exception("hub_read_bug", jobs=len(feeds))
+            for feed in feeds:
+                self._close_feed(feed, "error")
+            return
+        self.reads += 1
+        newest = None
+        for feed in feeds:
+            page = pages.get(feed.job_id)
+            if not page or self._feeds.get(feed.job_id) is not feed:
+                continue
+            self._fan_out(feed, page)
+            if newest is None or page[-1].at > newest:
+                newest = page[-1].at
+            if len(page) == self._page:
+                self._wake(feed)  # a full page: there may be more
+        if newest is not None:
             # The newest event of the read: how long after its commit this replica had it.
-            self.lag.observe_since(page[-1].at)
-            for sub in list(feed.subscribers):
-                if not sub.offer(page):
-                    self.cut_off += 1
-                    log.warning("subscriber_cut_off", job_id=str(feed.job_id), buffer=self._buffer)
-                    sub.close("overflow")
-            if len(page) < self._page:
-                return
+            self.lag.observe_since(newest)
+
+    def _fan_out(self, feed: _Feed, page: list[events.Event]) -> None:
+        assert feed.position is not None
+        fresh = [event for event in page if event.seq > feed.position]
+        if not fresh:
+            return
+        feed.position = fresh[-1].seq
+        for sub in list(feed.subscribers):
+            if not sub.offer(fresh):
+                self.cut_off += 1
+                log.warning("subscriber_cut_off", job_id=str(feed.job_id), buffer=self._buffer)
+                sub.close("overflow")
 
     # --- tasks ---
 

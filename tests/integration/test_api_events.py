@@ -62,7 +62,7 @@ async def test_a_finished_job_replays_whole_and_the_stream_ends(
     assert got.status == 200
     assert got.ended
     assert got.headers["content-type"].startswith("text/event-stream")
-    assert got.headers["cache-control"] == "no-cache"
+    assert got.headers["cache-control"] == "no-cache, no-transform"
     assert got.headers["x-accel-buffering"] == "no"
     assert got.first_item is not None and got.retry_ms == 1000  # `retry:` comes first
     types = [e["type"] for e in got.events]

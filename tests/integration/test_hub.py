@@ -13,7 +13,7 @@ import asyncpg
 import httpx
 import pytest
 
-from jobstream import queries
+from jobstream import events, queries
 from jobstream.settings import Settings
 from server.app import create_app
 from server.hub import Hub
@@ -236,3 +236,26 @@ async def test_a_start_up_that_fails_leaves_no_hub_task_running(
             pass
     hub_tasks = [t for t in asyncio.all_tasks() if t.get_name().startswith("hub-")]
     assert hub_tasks == []
+
+
+async def test_news_of_many_jobs_in_one_commit_is_read_in_one_statement(
+    served: Served, pool: asyncpg.Pool
+) -> None:
+    # A worker's token write notifies for all of its streams in one commit; the hub read each job
+    # on its own, so a thousand followed jobs were a thousand reads a tick.
+    jobs = [await create(served.client) for _ in range(20)]
+    readers = [
+        asyncio.create_task(read_stream(served.client, job["events_url"], max_events=2))
+        for job in jobs
+    ]
+    await until_followers(served.hub, 20)
+    reads_before = served.hub.reads
+    async with pool.acquire() as conn, conn.transaction():
+        for n, job in enumerate(jobs):
+            new = [events.NewEvent("token", {"text": f"job {n} "})]
+            await events.append(conn, uuid.UUID(job["id"]), 1, new, run_token=None)
+    for n, got in enumerate(await asyncio.wait_for(asyncio.gather(*readers), 30)):
+        assert [e["type"] for e in got.events] == ["status", "token"]
+        assert got.events[1]["text"] == f"job {n} "
+    # One read for the twenty jobs; a second if a notification landed after the first began.
+    assert served.hub.reads - reads_before <= 2

@@ -1,0 +1,246 @@
+"""Issue 11's figures, each beside what this PostgreSQL allows, measured in the same run:
+
+1. one worker process streaming at full speed, tokens/s, against a plain asyncpg loop inserting
+   rows of a token event's size into the same PostgreSQL (one row per token, 1,000 rows a
+   statement and a commit: the ceiling);
+2. many concurrent streams at 50 tokens/s, one SSE follower each (worker, server, followers and
+   PostgreSQL on this machine): every follower's text exact, delta -> SSE delay, and the WAL
+   commit records a second (pg_walinspect: writing commits only; read-only transactions write
+   none), against what one connection committing in a loop does.
+
+    .venv/bin/python -m bench.bench_streams_at_scale     (or `make bench` for every benchmark)
+
+BENCH_SCALE_STREAMS (default 50,200,1000) lists the stream counts of (2), each run in turn.
+Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+import uuid
+
+import asyncpg
+import httpx
+import orjson
+
+from bench.bench_sse_streams import _loadavg, _raise_open_files
+from bench.bench_stream import _database, _free_port, _spawn, _stop, _until_up, throughput
+from bench.postgres import durable_postgres
+from jobstream import db, jobs, logs, sse
+from jobstream.jobspec import JobSpec
+
+RATE = 50.0  # tokens/s of each stream in (2)
+TOKENS = 300  # of each stream in (2): six seconds
+CEILING_S = 5.0
+CEILING_BATCH = 1000
+TOKEN_TEXT = "1234 "  # a token of the count pattern, as the worker's rows hold them
+
+
+def main() -> None:
+    logs.configure("warning", json=False)
+    counts = [int(n) for n in os.environ.get("BENCH_SCALE_STREAMS", "50,200,1000").split(",")]
+    _raise_open_files(max(counts) * 2 + 1000)
+    with durable_postgres("jobstream-bench-") as admin_url:
+        asyncio.run(_run(admin_url, counts))
+
+
+async def _run(admin_url: str, counts: list[int]) -> None:
+    print("bench_streams_at_scale")
+    async with _database(admin_url) as url:
+        ceiling = await insert_ceiling(url)
+    async with _database(admin_url) as url:
+        simulate_what = "8 streams at full speed"
+        deltas = await throughput(url, jobs=8, tokens=20_000, rate=0, what=simulate_what)
+    print(
+        f"  (1) one worker process at full speed: {deltas:,.0f} tokens/s; plain asyncpg loop,"
+        f" one row per token: {ceiling:,.0f} rows/s -> {deltas / ceiling:.2f} of the ceiling"
+        f" (target >= 200,000 tokens/s or >= 0.30)\n      loadavg {_loadavg()}"
+    )
+    for count in counts:
+        async with _database(admin_url) as url:
+            commit_ceiling = await commit_loop_ceiling(url)
+            await many_streams(url, count, commit_ceiling)
+
+
+async def insert_ceiling(url: str) -> float:
+    """Rows/s of a plain asyncpg loop writing token-sized rows to a job_events-shaped table."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            "CREATE TABLE bench_ceiling (LIKE job_events INCLUDING DEFAULTS INCLUDING INDEXES)"
+        )
+        insert = (
+            "INSERT INTO bench_ceiling (job_id, seq, attempt, type, data)"
+            " SELECT $1, s, 1, 'token', jsonb_build_object('text', $3::text)"
+            " FROM generate_series($2::bigint, $2::bigint + $4 - 1) AS s"
+        )
+        job_ids = [uuid.uuid4() for _ in range(8)]
+        rows, seq = 0, 1
+        started = time.perf_counter()
+        while time.perf_counter() - started < CEILING_S:
+            await conn.execute(insert, job_ids[seq % 8], seq, TOKEN_TEXT, CEILING_BATCH)
+            rows += CEILING_BATCH
+            seq += CEILING_BATCH
+        return rows / (time.perf_counter() - started)
+    finally:
+        await conn.close()
+
+
+async def commit_loop_ceiling(url: str) -> float:
+    """Commits/s of one connection inserting one row a transaction, with a NOTIFY each."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("CREATE TABLE bench_commits (n bigint)")
+        commits = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < 2.0:
+            await conn.execute(
+                "WITH i AS (INSERT INTO bench_commits VALUES (1)) SELECT pg_notify('bench', '')"
+            )
+            commits += 1
+        return commits / (time.perf_counter() - started)
+    finally:
+        await conn.close()
+
+
+async def many_streams(url: str, count: int, commit_ceiling: float) -> None:
+    """`count` jobs at RATE tokens/s, each followed by one SSE client from its first event."""
+    pool = await db.create_pool(url, min_size=1, max_size=4)
+    port = _free_port()
+    server = _spawn("server", url, JOBSTREAM_PORT=str(port))
+    worker = None
+    arrived: dict[str, list[tuple[str, float]]] = {}
+    try:
+        await pool.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        simulate = {"tokens": TOKENS, "pattern": "count", "tokens_per_second": RATE,
+                    "first_token_delay_s": 0}  # fmt: skip
+        job_ids = []
+        for n in range(count):
+            spec = JobSpec(
+                prompt=f"scale {n}", provider="simulated", max_tokens=TOKENS, simulate=simulate
+            )
+            job_ids.append(str((await jobs.create(pool, "default", spec, None)).job["id"]))
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            await _until_up(client)
+        followers = [_Follower(port, job_id) for job_id in job_ids]
+        gate = asyncio.Semaphore(100)
+        await asyncio.gather(*(f.open(gate) for f in followers))
+        reading = [asyncio.create_task(f.read()) for f in followers]
+        with tempfile.NamedTemporaryFile("r", suffix=".tsv") as sent_file:
+            lsn_before = await pool.fetchval("SELECT pg_current_wal_insert_lsn()")
+            commits_before = await _xact_commits(pool)
+            worker = _spawn(
+                "bench.timed_worker",
+                url,
+                BENCH_SENT_PATH=sent_file.name,
+                JOBSTREAM_WORKER_CONCURRENCY=str(count),
+            )
+            started = time.monotonic()
+            await asyncio.wait_for(asyncio.gather(*reading), 120 + TOKENS / RATE * 4)
+            seconds = time.monotonic() - started
+            lsn_after = await pool.fetchval("SELECT pg_current_wal_insert_lsn()")
+            commits_after = await _xact_commits(pool)
+            wal_commits = await pool.fetchval(
+                "SELECT count(*) FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)"
+                " WHERE resource_manager = 'Transaction' AND record_type LIKE 'COMMIT%'",
+                lsn_before,
+                lsn_after,
+            )
+            _stop(worker)
+            worker = None
+            sent = {}
+            for line in sent_file.read().splitlines():
+                prompt, text, at = line.split("\t")
+                sent[(prompt, text)] = float(at)
+    finally:
+        if worker is not None:
+            _stop(worker)
+        _stop(server)
+        await pool.close()
+    for n, follower in enumerate(followers):
+        arrived[f"scale {n}"] = follower.arrivals
+    exact = sum(f.exact for f in followers)
+    delays = [
+        at - sent[(prompt, text)]
+        for prompt, items in arrived.items()
+        for text, at in items
+        if (prompt, text) in sent
+    ]
+    cuts = statistics.quantiles(delays, n=100) if len(delays) > 1 else [float("nan")] * 99
+    print(
+        f"  (2) {count:,} streams at {RATE:g} tokens/s ({TOKENS} tokens each), one SSE follower"
+        f" each, one worker process, one server process:\n"
+        f"      {exact:,}/{count:,} followers' text exact; {len(delays):,} deltas timed in"
+        f" {seconds:.1f} s\n"
+        f"      delta -> SSE p50 {cuts[49] * 1000:.1f} ms, p99 {cuts[98] * 1000:.1f} ms,"
+        f" max {max(delays, default=float('nan')) * 1000:.1f} ms (targets <= 60 / <= 150 ms)\n"
+        f"      WAL commit records {wal_commits / seconds:,.0f}/s for the one worker process"
+        f" (target < 100/s; xact_commit, read-only included,"
+        f" {(commits_after - commits_before) / seconds:,.0f}/s); one connection committing"
+        f" in a loop with a NOTIFY each: {commit_ceiling:,.0f} commits/s\n"
+        f"      loadavg {_loadavg()}"
+    )
+
+
+async def _xact_commits(pool: asyncpg.Pool) -> int:
+    value: int = await pool.fetchval(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+    )
+    return value
+
+
+class _Follower:
+    """One SSE client on a raw HTTP/1.0 socket (no chunked framing to undo, nothing buffered),
+    noting when each delta arrives; httpx would cost more CPU than the server under test."""
+
+    def __init__(self, port: int, job_id: str) -> None:
+        self._port = port
+        self._job_id = job_id
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._rest = b""
+        self.arrivals: list[tuple[str, float]] = []
+        self.exact = False
+
+    async def open(self, gate: asyncio.Semaphore) -> None:
+        async with gate:
+            self._reader, self._writer = await asyncio.open_connection("127.0.0.1", self._port)
+            self._writer.write(
+                f"GET /api/jobs/{self._job_id}/events HTTP/1.0\r\nHost: 127.0.0.1\r\n"
+                "Accept: text/event-stream\r\n\r\n".encode()
+            )
+            head = await self._reader.readuntil(b"\r\n\r\n")
+            if b" 200 " not in head.split(b"\r\n")[0]:
+                raise RuntimeError(f"follower of {self._job_id}: {head[:80]!r}")
+
+    async def read(self) -> None:
+        assert self._reader is not None and self._writer is not None
+        parser = sse.Parser()
+        text: list[str] = []
+        try:
+            while chunk := await self._reader.read(65536):
+                at = time.monotonic()
+                for item in parser.feed(chunk.decode()):
+                    if not isinstance(item, sse.Message):
+                        continue
+                    event = orjson.loads(item.data)
+                    if item.event == "token":
+                        text.append(event["text"])
+                        # One token event carries every delta of one flush: "12 13 14 ".
+                        self.arrivals += [(t + " ", at) for t in event["text"].split(" ")[:-1]]
+                    elif item.event == "reset":
+                        text.clear()
+                    elif item.event == "done":
+                        result = event.get("result") or {}
+                        self.exact = "".join(text) == result.get("text")
+                        return
+        finally:
+            self._writer.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""An event's SSE frame is built once and shared by every follower the hub hands it to."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import orjson
+
+from jobstream import sse
+from jobstream.events import Event
+
+
+def test_the_frame_is_the_events_json_with_its_seq_as_id_built_once() -> None:
+    event = Event(7, "token", 1, {"text": "a\nb"}, datetime(2026, 1, 1, tzinfo=UTC))
+    frame = event.sse_frame()
+    assert frame is event.sse_frame()  # cached: a second follower gets the same bytes object
+    [message] = sse.Parser().feed(frame.decode())
+    assert isinstance(message, sse.Message)
+    assert (message.event, message.id) == ("token", "7")
+    assert orjson.loads(message.data) == event.to_json()
+
+
+def test_the_cache_changes_neither_equality_nor_repr() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    built, fresh = Event(1, "done", 1, {}, at), Event(1, "done", 1, {}, at)
+    built.sse_frame()
+    assert built == fresh and repr(built) == repr(fresh)
