@@ -1,8 +1,8 @@
-"""`jobstream`: submit (one or a batch), follow, read, cancel and retry jobs from a terminal.
+"""`jobstream`: submit (one or a batch), follow, read, list, cancel and retry jobs.
 
 Exit codes: 0 the job succeeded (or the request was done); 1 the job ended without success
 (failed, dead, cancelled); 2 the request was refused (unknown job, invalid input); 3 the server
-could not be reached; 130 interrupted.
+could not be reached; 130 interrupted (a follow says how to resume). Built on jobstream.client.
 """
 
 from __future__ import annotations
@@ -11,24 +11,26 @@ import argparse
 import asyncio
 import os
 import sys
-import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, BinaryIO, TextIO
 
-import httpx
 import orjson
 
-from jobstream.follower import Follower, FollowError
+from jobstream.client import DEFAULT_URL, AsyncClient, Refused, Reset, Result, Text, Unreachable
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 BATCH_SIZE = 1000  # the most POST /api/jobs/batch takes
 # How `get` shows an operator's retry, which is a new job linked both ways.
 LINKS = (("retry of", "retry_of"), ("retried as", "retried_as"))
 
 
-class Refused(Exception):
-    """The server answered with a 4xx problem: say so and exit 2."""
+@dataclass
+class Progress:
+    """Where a follow has got to, so that an interrupted one can say how to go on."""
+
+    job_id: str | None = None
+    cursor: int = 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -56,8 +58,20 @@ def parser() -> argparse.ArgumentParser:
     submit.add_argument("--max-attempts", type=int)
     submit.add_argument("--priority", type=int)
     submit.add_argument("--timeout", type=float, dest="timeout_s")
-    submit.add_argument("--simulate", type=_json_object, help="the simulated provider's options")
-    submit.add_argument("--metadata", type=_json_object)
+    submit.add_argument(
+        "--simulate",
+        type=_json_object,
+        metavar="JSON",
+        help="the simulated provider's options, a JSON object: "
+        """'{"tokens": 200, "tokens_per_second": 20, "pattern": "words"}' (API.md lists them)""",
+    )
+    submit.add_argument("--metadata", type=_json_object, metavar="JSON", help="a JSON object")
+    submit.add_argument(
+        "--result-only",
+        action="store_true",
+        help="with --follow: print nothing until the job succeeds, then its result (by default "
+        "text streams as it comes, to a pipe too)",
+    )
     submit.add_argument(
         "--idempotency-key", help="default: a fresh one, reused if the request is retried"
     )
@@ -77,8 +91,13 @@ def parser() -> argparse.ArgumentParser:
     follow = commands.add_parser("follow", parents=[common], help="stream a job's output")
     follow.add_argument("job_id")
     follow.add_argument("--after", type=int, default=0, help="resume after this event id")
+    follow.add_argument("--result-only", action="store_true", help="as for submit --follow")
     get = commands.add_parser("get", parents=[common], help="show a job")
     get.add_argument("job_id")
+    listing = commands.add_parser("list", parents=[common], help="list jobs, newest first")
+    listing.add_argument("--status", help="only jobs in this status (queued, running, dead...)")
+    listing.add_argument("--limit", type=int, default=20, help="jobs per page, 1 to 100")
+    listing.add_argument("--cursor", help="the next page (printed after a full page)")
     cancel = commands.add_parser("cancel", parents=[common], help="cancel a job")
     cancel.add_argument("job_id")
     retry = commands.add_parser(
@@ -86,6 +105,7 @@ def parser() -> argparse.ArgumentParser:
     )
     retry.add_argument("job_id")
     retry.add_argument("--follow", "-f", action="store_true", help="stream the new job's output")
+    retry.add_argument("--result-only", action="store_true", help="as for submit --follow")
     return top
 
 
@@ -101,39 +121,47 @@ def _json_object(raw: str) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    progress = Progress()
     try:
-        return asyncio.run(_run(args))
+        return asyncio.run(_run(args, progress))
     except KeyboardInterrupt:
+        if progress.job_id is not None:
+            # Following is only watching: the job runs on, and its log waits for us.
+            print(
+                f"\njobstream: stopped following; job {progress.job_id} goes on. Resume with: "
+                f"jobstream follow {progress.job_id} --after {progress.cursor}",
+                file=sys.stderr,
+            )
         return EXIT_INTERRUPTED
     except Refused as exc:
         print(f"jobstream: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    except httpx.TransportError as exc:
-        print(f"jobstream: cannot reach {args.url}: {exc or type(exc).__name__}", file=sys.stderr)
+    except Unreachable as exc:
+        print(f"jobstream: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
 
 
-async def _run(args: argparse.Namespace) -> int:
-    # No read timeout: a stream may be quiet for as long as the model thinks (heartbeats aside).
-    timeout = httpx.Timeout(10.0, read=None)
-    async with httpx.AsyncClient(
-        base_url=args.url, timeout=timeout, headers=auth_headers(args.api_key)
-    ) as client:
+async def _run(args: argparse.Namespace, progress: Progress) -> int:
+    out = _Output(sys.stdout, sys.stderr, json_lines=args.json)
+    async with AsyncClient(args.url, api_key=args.api_key, on_retry=out.retrying) as client:
         if args.command == "submit":
-            return await _submit(client, args)
+            return await _submit(client, args, out, progress)
         if args.command == "batch":
             return await _batch(client, args.file, json_lines=args.json)
         if args.command == "follow":
-            return await _follow(client, args.job_id, args.after, json_lines=args.json)
+            return await _follow(client, args.job_id, args.after, out, progress, args.result_only)
         if args.command == "get":
-            job = await _request(client, "GET", f"/api/jobs/{args.job_id}")
-            _print_job(job, json_lines=args.json)
+            _print_job(await client.get(args.job_id), json_lines=args.json)
+            return EXIT_OK
+        if args.command == "list":
+            page = await client.list(status=args.status, limit=args.limit, cursor=args.cursor)
+            _print_list(page, json_lines=args.json)
             return EXIT_OK
         if args.command == "retry":
-            # Safe to send again (_request does): a second request answers with the same retry.
-            job = await _request(client, "POST", f"/api/jobs/{args.job_id}/retry")
-            return await _started(client, job, follow=args.follow, json_lines=args.json)
-        job = await _request(client, "POST", f"/api/jobs/{args.job_id}/cancel")
+            # Safe to send again (the client does): a second request answers with the same retry.
+            job = await client.retry(args.job_id)
+            return await _started(client, job, args, out, progress)
+        job = await client.cancel(args.job_id)
         if args.json:
             _emit(job)
         else:
@@ -141,50 +169,48 @@ async def _run(args: argparse.Namespace) -> int:
         return EXIT_OK
 
 
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    """On the client, so every request sends the key: the stream and its reconnects too."""
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
-async def _submit(client: httpx.AsyncClient, args: argparse.Namespace) -> int:
+async def _submit(
+    client: AsyncClient, args: argparse.Namespace, out: _Output, progress: Progress
+) -> int:
     fields = (
         "provider", "model", "max_tokens", "max_attempts", "priority", "timeout_s", "run_at",
         "delay_s",
     )  # fmt: skip
-    body: dict[str, Any] = {"prompt": args.prompt}
-    body |= {name: getattr(args, name) for name in fields if getattr(args, name) is not None}
+    body: dict[str, Any] = {name: getattr(args, name) for name in fields}
+    body = {name: value for name, value in body.items() if value is not None}
     body |= {name: getattr(args, name) for name in ("simulate", "metadata") if getattr(args, name)}
-    # The key makes a retried POST (the first answer lost on the way) return the same job.
-    key = args.idempotency_key or str(uuid.uuid4())
-    job = await _request(client, "POST", "/api/jobs", json=body, headers={"Idempotency-Key": key})
-    return await _started(client, job, follow=args.follow, json_lines=args.json)
+    job = await client.submit(args.prompt, idempotency_key=args.idempotency_key, **body)
+    return await _started(client, job, args, out, progress)
 
 
 async def _started(
-    client: httpx.AsyncClient, job: dict[str, Any], *, follow: bool, json_lines: bool
+    client: AsyncClient,
+    job: dict[str, Any],
+    args: argparse.Namespace,
+    out: _Output,
+    progress: Progress,
 ) -> int:
     """A job was made (a submit, a retry): say which, and follow it if asked."""
-    if json_lines:
+    if args.json:
         _emit(job)
-    elif follow:
+    elif args.follow:
         retry_of = job.get("retry_of")
         print(f"job {job['id']}" + (f" (retry of {retry_of})" if retry_of else ""), file=sys.stderr)
     else:
         print(job["id"])
-    if not follow:
+    if not args.follow:
         return EXIT_OK
-    return await _follow(client, job["id"], 0, json_lines=json_lines)
+    return await _follow(client, job["id"], 0, out, progress, args.result_only)
 
 
-async def _batch(client: httpx.AsyncClient, lines: BinaryIO, *, json_lines: bool) -> int:
+async def _batch(client: AsyncClient, lines: BinaryIO, *, json_lines: bool) -> int:
     """POST the jobs 1,000 at a time; print one line per job, in order: its id, or why not."""
     refused = 0
     chunk: list[Any] = []
 
     async def send() -> None:
         nonlocal refused
-        answer = await _request(client, "POST", "/api/jobs/batch", json={"jobs": chunk})
-        for result in answer["results"]:
+        for result in await client.batch(chunk):
             if json_lines:
                 _emit(result)
             elif "id" in result:
@@ -201,10 +227,7 @@ async def _batch(client: httpx.AsyncClient, lines: BinaryIO, *, json_lines: bool
             try:
                 job = orjson.loads(line)
             except orjson.JSONDecodeError as exc:
-                raise Refused(f"line {number} is not JSON: {exc}") from None
-            if isinstance(job, dict):
-                # As for submit: a batch sent again after a lost answer makes no second job.
-                job.setdefault("idempotency_key", str(uuid.uuid4()))
+                raise Refused(400, f"line {number} is not JSON", str(exc)) from None
             chunk.append(job)
             if len(chunk) == BATCH_SIZE:
                 await send()
@@ -213,112 +236,94 @@ async def _batch(client: httpx.AsyncClient, lines: BinaryIO, *, json_lines: bool
     return EXIT_REFUSED if refused else EXIT_OK
 
 
-async def _request(client: httpx.AsyncClient, method: str, path: str, **kw: Any) -> Any:
-    for attempt in range(3):
-        try:
-            response = await client.request(method, path, **kw)
-        except httpx.TransportError:
-            if attempt == 2:
-                raise
-            await asyncio.sleep(0.5 * 2**attempt)
-            continue
-        if response.status_code >= 400:
-            try:
-                problem = response.json()
-                detail = f"{problem.get('title')}: {problem.get('detail')}"
-            except ValueError:
-                detail = response.text[:200]
-            raise Refused(f"{response.status_code} {detail}")
-        return response.json()
-    raise AssertionError("unreachable")
-
-
-async def _follow(client: httpx.AsyncClient, job_id: str, after: int, *, json_lines: bool) -> int:
-    out = _Output(sys.stdout, sys.stderr, json_lines=json_lines)
-    follower = Follower(client, job_id, after=after, on_retry=out.retrying)
-    done: dict[str, Any] | None = None
-    try:
-        async for event in follower.events():
-            done = event if event["type"] == "done" else None
-            if event["type"] == "resync":
-                # The log before first_seq was pruned: the snapshot has the text up to last_seq.
-                snap = await _request(client, "GET", f"/api/jobs/{job_id}")
-                out.replace(snap["output"]["text"])
-                follower.resume_from(snap["last_seq"])
-            out.event(event)
-    except FollowError as exc:
-        raise Refused(f"{exc.status} {exc.detail}") from None
-    if done is None:
-        # Resumed past `done` (--after the end): the stream had nothing more; the job has.
-        done = await _request(client, "GET", f"/api/jobs/{job_id}")
-    out.finish(succeeded=done["status"] == "succeeded")
-    if done["status"] == "succeeded":
+async def _follow(
+    client: AsyncClient,
+    job_id: str,
+    after: int,
+    out: _Output,
+    progress: Progress,
+    result_only: bool,
+) -> int:
+    progress.job_id, progress.cursor = job_id, after
+    out.result_only = result_only
+    if out.json:
+        async for event in client.events(job_id, after=after):
+            progress.cursor = event.get("seq", progress.cursor)
+            _emit({k: v for k, v in event.items() if k != "snapshot"})
+        end = await client.get(job_id)
+        result = Result(end["status"], "", end.get("error"), end)
+    else:
+        result = Result("unknown", "")
+        async for item in client.follow(job_id, after=after):
+            if isinstance(item, Result):
+                result = item
+                continue
+            progress.cursor = item.seq
+            out.item(item)
+        out.finish(result)
+    progress.job_id = None  # it ended: nothing to resume
+    if result.succeeded:
         return EXIT_OK
-    error = done.get("error") or {}
+    error = result.error or {}
     print(
-        f"jobstream: job {job_id} {done['status']}: "
+        f"jobstream: job {job_id} {result.status}: "
         f"{error.get('class', 'error')}: {error.get('message', '')}",
         file=sys.stderr,
     )
-    if done["status"] == "dead":
-        # An operator's retry is a new job, so this log ends here: the job resource links to it.
-        if "retried_as" not in done:
-            done = await _request(client, "GET", f"/api/jobs/{job_id}")
-        if done.get("retried_as"):
-            retry = done["retried_as"]
-            print(
-                f"jobstream: job {job_id} was retried as {retry}: jobstream follow {retry}",
-                file=sys.stderr,
-            )
+    # An operator's retry is a new job, so this log ends here: the job resource links to it.
+    retry = result.job.get("retried_as")
+    if result.status == "dead" and retry:
+        print(
+            f"jobstream: job {job_id} was retried as {retry}: jobstream follow {retry}",
+            file=sys.stderr,
+        )
     return EXIT_JOB_FAILED
 
 
 class _Output:
-    """Text as it streams on a terminal; the final text only when piped; or JSON lines."""
+    """Text as it streams, to a terminal or a pipe (flushed per chunk); the result alone with
+    --result-only; or JSON lines. Notes (resets, reconnects) go to stderr."""
 
     def __init__(self, out: TextIO, err: TextIO, *, json_lines: bool) -> None:
         self._out = out
         self._err = err
-        self._json = json_lines
-        self._live = out.isatty() and not json_lines
+        self.json = json_lines
+        self.result_only = False
         self._text = ""
 
-    def event(self, event: dict[str, Any]) -> None:
-        if self._json:
-            _emit(event)
-            return
-        if event["type"] == "reset":
-            if self._text and self._live:
-                # What is on screen came from an attempt that failed; the next starts over.
+    def item(self, item: Text | Reset) -> None:
+        live = not self.result_only
+        if isinstance(item, Reset):
+            if self._text and live:
+                # What was written came from an attempt that failed (or a log since compacted):
+                # the text starts over.
                 self._out.write("\n")
-                self._note(f"attempt {event['attempt']} ({event.get('reason')}): starting over")
-            self._text = ""
-        elif event["type"] == "token":
-            self._text += event["text"]
-            if self._live:
-                self._out.write(event["text"])
+                why = (
+                    "resynchronised from the snapshot"
+                    if item.reason == "resync"
+                    else (f"attempt {item.attempt} ({item.reason}): starting over")
+                )
+                self._note(why)
+            self._text = item.text
+            if item.text and live:
+                self._out.write(item.text)
                 self._out.flush()
-
-    def replace(self, text: str) -> None:
-        if self._live:
-            self._out.write("\n")
-            self._note("resynchronised from the snapshot")
-            self._out.write(text)
-        self._text = text
+            return
+        self._text += item.text
+        if live:
+            self._out.write(item.text)
+            self._out.flush()
 
     def retrying(self, delay_s: float, reason: str) -> None:
         self._note(f"connection lost ({reason}); resuming in {delay_s:.1f} s")
 
-    def finish(self, *, succeeded: bool) -> None:
-        if self._json:
-            return
-        if self._live:
-            if self._text and not self._text.endswith("\n"):
-                self._out.write("\n")
-        elif succeeded:
-            # Piped: the result only, so a script never mistakes a failed job's partial text
-            # for one (the exit code says it failed).
-            self._out.write(self._text if self._text.endswith("\n") else self._text + "\n")
+    def finish(self, result: Result) -> None:
+        if self.result_only:
+            # A script never mistakes a failed job's partial text for a result.
+            if result.succeeded:
+                self._out.write(result.text if result.text.endswith("\n") else result.text + "\n")
+        elif self._text and not self._text.endswith("\n"):
+            self._out.write("\n")
         self._out.flush()
 
     def _note(self, text: str) -> None:
@@ -329,6 +334,19 @@ class _Output:
 def _emit(value: Any) -> None:
     sys.stdout.write(orjson.dumps(value).decode() + "\n")
     sys.stdout.flush()
+
+
+def _print_list(page: dict[str, Any], *, json_lines: bool) -> None:
+    if json_lines:
+        for job in page["jobs"]:
+            _emit(job)
+    else:
+        for job in page["jobs"]:
+            attempts = f"{job['attempts']}/{job['max_attempts']}"
+            preview = job["prompt_preview"].replace("\n", " ")[:50]
+            print(f"{job['id']}  {job['status']:<10} {attempts:<6} {job['created_at']}  {preview}")
+    if page.get("next_cursor"):
+        print(f"more: jobstream list --cursor {page['next_cursor']}", file=sys.stderr)
 
 
 def _print_job(job: dict[str, Any], *, json_lines: bool) -> None:

@@ -1,4 +1,5 @@
-"""structlog set-up: JSON lines (or a console renderer), stdlib and uvicorn routed through it."""
+"""structlog set-up: JSON lines, or console lines for a person at a terminal; stdlib and uvicorn
+routed through it."""
 
 from __future__ import annotations
 
@@ -92,7 +93,12 @@ def _floodable_kind(record: logging.LogRecord) -> tuple[str, str] | None:
     return None
 
 
-def configure(level: str = "info", *, json: bool = True) -> None:
+def configure(level: str = "info", *, json: bool | None = True) -> None:
+    """`json=None`: console lines when stderr is a terminal, JSON lines otherwise (a file, a
+    pipe, a log collector). Colour codes only ever go to a terminal."""
+    terminal = sys.stderr.isatty()
+    if json is None:
+        json = not terminal
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -100,7 +106,9 @@ def configure(level: str = "info", *, json: bool = True) -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+        structlog.processors.JSONRenderer()
+        if json
+        else structlog.dev.ConsoleRenderer(colors=terminal)
     )
     structlog.configure(
         # Drop a line below the level before any work is done on it (for stdlib loggers bound
@@ -122,7 +130,8 @@ def configure(level: str = "info", *, json: bool = True) -> None:
         pass_foreign_args=True,
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            structlog.processors.format_exc_info,
+            # The console renderer formats tracebacks itself (and warns if they come formatted).
+            *([structlog.processors.format_exc_info] if json else []),
             renderer,
         ],
     )

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jobstream.jobspec import DEFAULT_TIMEOUT_S
 from jobstream.settings import Settings
 from worker.providers.simulated import InvalidSimulation, Simulation
 
@@ -71,6 +72,6 @@ class SimulatedRules:
             found.append((
                 "timeout_s",
                 f"must be at most {cap:g} s here with a simulated `timeout` fault, which hangs "
-                "until it",
+                f"until it (the default is {DEFAULT_TIMEOUT_S:g} s: send a shorter timeout_s)",
             ))  # fmt: skip
         return found

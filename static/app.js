@@ -47,6 +47,13 @@ document.addEventListener("click", (e) => {
   e.preventDefault();
   if (link.pathname !== location.pathname) navigate(link.pathname);
 });
+// The phone's way to the recent list: a scroll, not a navigation (a fragment link would fire
+// popstate, and the route would focus the view's heading back at the top).
+byId("to-recent").addEventListener("click", (e) => {
+  e.preventDefault();
+  byId("recent-title").focus({ preventScroll: true });
+  byId("recent-title").scrollIntoView({ block: "start" });
+});
 window.addEventListener("popstate", () => route({ focus: true }));
 window.addEventListener("pagehide", () => jobView.close());
 

@@ -48,6 +48,9 @@ export class NewJobForm {
           after_tokens: int(f.fault_after) || 0,
           kind: f.fault_kind.value,
         }];
+        // A simulated timeout hangs until the attempt's limit: a short one, not the default's
+        // half hour (the server refuses one past JOBSTREAM_SIMULATED_MAX_S).
+        if (f.fault_kind.value === "timeout") body.timeout_s = 20;
       }
       body.simulate = simulate;
     }

@@ -21,6 +21,7 @@ const CONNECTION_TEXT = {
 };
 
 const byId = (id) => document.getElementById(id);
+const HISTORY_COLUMNS = ["#", "Outcome", "Error", "Tokens out", "Cost", "Took"];
 
 export class JobView {
   constructor(recent) {
@@ -34,7 +35,7 @@ export class JobView {
       copy: byId("copy-link"), actionNote: byId("action-note"), attempts: byId("fact-attempts"),
       provider: byId("fact-provider"), tokens: byId("fact-tokens"), cost: byId("fact-cost"),
       created: byId("fact-created"), seq: byId("fact-seq"), history: byId("history"),
-      historyRows: byId("history-rows"), historyFoot: byId("history-foot"),
+      historyRows: byId("history-rows"), historyFoot: byId("history-foot"), view: byId("job-view"),
     };
     // One text node, appended to: a long answer costs no re-layout of the whole string per token.
     this.text = document.createTextNode("");
@@ -62,6 +63,7 @@ export class JobView {
     this.el.prompt.textContent = prompt || "";
     this.el.prompt.hidden = !prompt;
     for (const key of ["missing", "error", "history", "lineage"]) this.el[key].hidden = true;
+    delete this.el.view.dataset.missing;
     this.el.notes.replaceChildren();
     this.el.actionNote.textContent = "";
     this.el.announcer.textContent = "";
@@ -85,6 +87,12 @@ export class JobView {
 
   snapshot(job) {
     this.job = job;
+    // The server's prompt: a job made elsewhere (the API, another device) is in no recent list,
+    // and for a conversation (`messages`) it is the last user message.
+    if (job.prompt) {
+      this.el.prompt.textContent = job.prompt;
+      this.el.prompt.hidden = false;
+    }
     this.setText(job.output.text);
     this.announced = this.text.length;
     this.setStatus(job.status, { force: true });
@@ -179,11 +187,23 @@ export class JobView {
 
   gone(err) {
     const box = this.el.missing;
+    const unknown = err instanceof ApiError && err.status === 404;
+    const expired = err instanceof ApiError && err.status === 410;
     box.hidden = false;
-    box.textContent = err instanceof ApiError && err.status === 404
-      ? "There is no job with this id here. It may have been created against another database."
-      : `Could not load this job: ${err.message}`;
+    if (expired) {
+      box.textContent = "This job ended longer ago than it was kept for, and was deleted.";
+    } else {
+      box.textContent = unknown
+        ? "There is no job with this id here. It may have been created against another database."
+        : `Could not load this job: ${err.message}`;
+    }
     this.setStatus("");
+    this.el.status.textContent = expired ? "deleted" : unknown ? "not found" : "unavailable";
+    this.el.status.dataset.status = "missing";
+    this.connection("idle");
+    // Nothing will stream, and there is nothing to show or act on: only the message stays
+    // (style.css hides the output, its placeholder, the facts and the job's buttons).
+    this.el.view.dataset.missing = "";
   }
 
   seq(value) {
@@ -377,10 +397,12 @@ function historyRow(a) {
     a.attempt, a.outcome || "running", a.error ? a.error.class : "",
     a.output_tokens ?? "", `${a.cost_known === false ? "~" : ""}${formatCost(a.cost)}`, took,
   ];
-  for (const value of cells) {
+  cells.forEach((value, i) => {
     const td = document.createElement("td");
     td.textContent = String(value);
+    // A phone shows each row as a small card: every value carries its column's name.
+    td.dataset.label = HISTORY_COLUMNS[i];
     tr.append(td);
-  }
+  });
   return tr;
 }

@@ -123,8 +123,8 @@ export class RecentJobs {
         const job = await getJob(item.id);
         this.update(item.id, job.status);
       } catch (err) {
-        // Gone (another database, say): forget it. Unreachable: try again later.
-        if (err instanceof ApiError && err.status === 404) {
+        // Gone (deleted by retention, another database): forget it. Unreachable: try later.
+        if (err instanceof ApiError && (err.status === 404 || err.status === 410)) {
           this.items = this.items.filter((i) => i.id !== item.id);
           this.save();
         }

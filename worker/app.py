@@ -42,6 +42,11 @@ async def serve(settings: Settings) -> None:
     stop_requested = asyncio.Event()
 
     def on_signal(signum: signal.Signals) -> None:
+        if stop_requested.is_set():
+            # A second signal (a second Ctrl-C): no more grace, hand running jobs back now.
+            log.info("signal_received_again", signal=signum.name, detail="handing jobs back now")
+            worker.stop_now()
+            return
         log.info("signal_received", signal=signum.name)
         stop_requested.set()
         worker.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -10,7 +11,9 @@ from typing import Any
 
 import asyncpg
 import orjson
+import pytest
 
+from jobstream.client import AsyncClient, Client, Refused, Reset, Result
 from tests.e2e.conftest import Stack
 from tests.support.dead_jobs import delayed, die
 
@@ -47,7 +50,12 @@ async def test_a_failed_job_says_why_and_exits_1(stack: Stack) -> None:
     )
     assert code == 1
     assert "failed: permanent" in err
-    assert out == ""  # no result, so nothing a script could mistake for one
+    assert out == "0 1 2 \n"  # streamed as it came; the exit code says it is no result
+    code, out, err = await cli(
+        stack, "submit", "x", "--simulate", simulate(10, faults=[fault]), "--follow",
+        "--result-only",
+    )  # fmt: skip
+    assert (code, out) == (1, "")  # no result, so nothing a script could mistake for one
 
 
 async def test_json_lines_get_and_cancel(stack: Stack) -> None:
@@ -116,3 +124,73 @@ async def test_retry_follows_the_new_job_and_the_dead_one_names_it(
     assert (code, out) == (0, f"{retry_id}\n")
     code, out, _ = await cli(stack, "get", job["id"])
     assert code == 0 and f"retried as {retry_id}" in out
+
+
+async def test_piped_output_streams_and_ctrl_c_says_how_to_resume(stack: Stack) -> None:
+    job = await stack.create_job(
+        {"prompt": "p", "simulate": orjson.loads(simulate(40, tokens_per_second=20))}
+    )
+    process = await asyncio.create_subprocess_exec(
+        JOBSTREAM_CLI, "follow", job["id"], "--url", stack.base_url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None and process.stderr is not None
+    # Piped, the text still comes as it is written: the first tokens long before the job ends.
+    first = await asyncio.wait_for(process.stdout.readuntil(b"2 "), 10)
+    assert first == b"0 1 2 "
+    process.send_signal(signal.SIGINT)
+    rest, err = await asyncio.wait_for(process.communicate(), 10)
+    assert process.returncode == 130
+    hint = err.decode().strip().splitlines()[-1]
+    command = hint.partition("Resume with: ")[2].split()
+    assert command[:3] == ["jobstream", "follow", job["id"]] and command[3] == "--after", hint
+    # The command it gives goes on exactly where this one stopped.
+    code, more, _ = await cli(stack, *command[1:])
+    assert code == 0
+    assert (first + rest).decode() + more == "".join(f"{i} " for i in range(40)) + "\n"
+
+
+async def test_list_shows_the_newest_jobs_and_the_next_page(stack: Stack) -> None:
+    ids = [(await stack.create_job({"prompt": "later", "delay_s": 3600}))["id"] for _ in range(3)]
+    code, out, err = await cli(stack, "list", "--status", "queued", "--limit", "2")
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == ids[:0:-1]
+    assert all(" queued " in line for line in out.splitlines())
+    cursor = err.strip().removeprefix("more: jobstream list --cursor ")
+    code, out, err = await cli(stack, "list", "--status", "queued", "--cursor", cursor, "--json")
+    assert code == 0 and [orjson.loads(line)["id"] for line in out.splitlines()] == ids[:1]
+    assert err == ""
+
+
+async def test_simulate_says_it_takes_json() -> None:
+    process = await asyncio.create_subprocess_exec(
+        JOBSTREAM_CLI, "submit", "--help", stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 30)
+    assert "--simulate JSON" in out.decode() and '"tokens": 200' in out.decode()
+
+
+async def test_the_library_follows_a_retried_job_to_its_result(stack: Stack) -> None:
+    fault = {"attempt": 1, "after_tokens": 3, "kind": "transient"}
+    sim = orjson.loads(simulate(6, faults=[fault]))
+
+    def use_the_sync_client() -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
+        with Client(stack.base_url) as client:
+            job = client.submit("p", simulate=sim)
+            items = list(client.follow(job["id"]))
+            return job, items, client.list(limit=1)
+
+    job, items, page = await asyncio.to_thread(use_the_sync_client)
+    text = ""
+    for item in items[:-1]:
+        text = item.text if isinstance(item, Reset) else text + item.text
+    assert text == "0 1 2 3 4 5 "
+    assert any(isinstance(item, Reset) and item.attempt == 2 for item in items)
+    result = items[-1]
+    assert isinstance(result, Result) and result.succeeded and result.text == text
+    assert page["jobs"][0]["id"] == job["id"]
+    async with AsyncClient(stack.base_url) as client:
+        assert (await client.cancel(job["id"]))["status"] == "succeeded"
+        with pytest.raises(Refused) as refused:
+            await client.get("00000000-0000-0000-0000-000000000000")
+        assert refused.value.status == 404

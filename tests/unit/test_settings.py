@@ -61,3 +61,32 @@ def test_switching_the_simulator_off_needs_another_default_provider() -> None:
         {"JOBSTREAM_SIMULATED": "false", "JOBSTREAM_DEFAULT_PROVIDER": "openai"}
     )
     assert (production.simulated, production.default_provider) == (False, "openai")
+
+
+def test_a_misspelled_provider_stops_start_up_naming_the_nearest() -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"JOBSTREAM_DEFAULT_PROVIDER": "opeanai"})
+    assert "JOBSTREAM_DEFAULT_PROVIDER='opeanai': must be one of simulated, openai" in str(
+        caught.value
+    )
+    assert "did you mean 'openai'?" in str(caught.value)
+    with pytest.raises(SettingsError, match="names 'opeanai'"):
+        Settings.from_env({"JOBSTREAM_PROVIDER_CONCURRENCY": "opeanai=4"})
+    with pytest.raises(SettingsError, match="did you mean 'warning'"):
+        Settings.from_env({"JOBSTREAM_LOG_LEVEL": "warn"})
+
+
+def test_unknown_variables_are_warned_about_with_the_nearest_name() -> None:
+    warnings = Settings.unknown_names(
+        {"JOBSTREAM_DEFALT_PROVIDER": "openai", "JOBSTREAM_PORT": "1", "JOBSTREAM_URL": "x",
+         "JOBSTREAM_ZZZ": "1", "HOME": "/"}
+    )  # fmt: skip
+    assert warnings == {
+        "JOBSTREAM_DEFALT_PROVIDER": "JOBSTREAM_DEFALT_PROVIDER is not a setting "
+        "(did you mean JOBSTREAM_DEFAULT_PROVIDER?); it is ignored",
+        "JOBSTREAM_ZZZ": "JOBSTREAM_ZZZ is not a setting; it is ignored",
+    }
+
+
+def test_log_json_unset_means_decided_by_the_terminal() -> None:
+    assert Settings.from_env({}).log_json is None

@@ -9,7 +9,10 @@ import pytest
 from jobstream.errors import ProviderError
 from jobstream.usage import Usage
 from worker.providers.base import ProviderRequest, StreamItem, TextDelta
-from worker.providers.simulated import SimulatedProvider, expected_text
+from worker.providers.simulated import SimulatedProvider, expected_text, token_text
+
+# The first tokens the words pattern makes for this file's prompt.
+WORDS = [token_text("alpha beta gamma", "words", i) for i in range(2)]
 
 
 class RecordedSleeps:
@@ -47,9 +50,10 @@ def text_of(items: list[StreamItem]) -> str:
     return "".join(i.text for i in items if isinstance(i, TextDelta))
 
 
-async def test_words_pattern_cycles_the_prompt_and_ends_with_usage() -> None:
+async def test_words_pattern_makes_one_word_a_token_and_ends_with_usage() -> None:
     items = await collect(instant(), request({"tokens": 5, "tokens_per_second": 0}))
-    assert text_of(items) == "alpha beta gamma alpha beta "
+    assert text_of(items) == expected_text("alpha beta gamma", 5)
+    assert len(text_of(items).split()) == 5
     assert items[-1] == Usage(
         input_tokens=3, output_tokens=5, cost_usd=Decimal("0.000010"), cost_known=True
     )
@@ -105,7 +109,7 @@ async def test_a_fault_fails_its_attempt_after_the_given_tokens(
             received.append(item)
     assert caught.value.kind == error_kind
     assert caught.value.status_code == status
-    assert text_of(received) == "alpha beta gamma "
+    assert text_of(received) == expected_text("alpha beta gamma", 3)
     # Other attempts are unaffected.
     clean = await collect(instant(), request(simulate, attempt=1))
     assert isinstance(clean[-1], Usage)
@@ -129,7 +133,7 @@ async def test_a_fault_past_the_last_token_breaks_the_stream_before_its_usage() 
             request({"tokens": 2, "tokens_per_second": 0, "faults": [fault]})
         ):
             received.append(item)
-    assert received == [TextDelta("alpha "), TextDelta("beta ")]
+    assert received == [TextDelta(WORDS[0]), TextDelta(WORDS[1])]
 
 
 async def test_timeout_fault_hangs_until_the_consumer_times_out() -> None:
@@ -141,7 +145,7 @@ async def test_timeout_fault_hangs_until_the_consumer_times_out() -> None:
         async with asyncio.timeout(0.05):
             async for item in instant().stream(request(simulate)):
                 received.append(item)
-    assert received == [TextDelta("alpha ")]
+    assert received == [TextDelta(WORDS[0])]
 
 
 @pytest.mark.parametrize(
@@ -174,3 +178,13 @@ async def test_the_price_is_the_servers_never_the_jobs() -> None:
     assert provider.estimate_cost(asks_free, 4) == Decimal("0.0000006")
     items = await collect(provider, asks_free)
     assert isinstance(items[-1], Usage) and items[-1].cost_usd == Decimal("0.0000006")
+
+
+def test_words_read_as_sentences_vary_by_prompt_and_never_echo_it() -> None:
+    # Regression (issue 13): "Explain leases Explain leases ..." made the demo look broken.
+    first = expected_text("Explain leases", 40)
+    assert first == expected_text("Explain leases", 40)  # deterministic
+    assert "Explain" not in first and first[0].isupper() and "." in first
+    texts = {expected_text(f"prompt {i}", 40) for i in range(20)}
+    assert len(texts) > 5  # different prompts read differently
+    assert expected_text("Explain leases", 3, "count") == "0 1 2 "  # unchanged

@@ -11,6 +11,8 @@ before the server refused it is ignored.
 from __future__ import annotations
 
 import asyncio
+import functools
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -32,8 +34,32 @@ DEFAULT_FIRST_TOKEN_DELAY_S: Final = 0.2
 _MILLION: Final = Decimal(1_000_000)
 Num = TypeVar("Num", int, float)
 
-# Used by the "words" pattern when the prompt has no words of its own.
-FALLBACK_WORDS: Final = ("lorem", "ipsum", "dolor", "sit", "amet")
+# The "words" pattern's text: readable sentences, so a demo looks like an answer (echoing the
+# prompt looked broken). The prompt picks where it starts, so different prompts read differently
+# and the same prompt always reads the same.
+SENTENCES: Final = (
+    "A job outlives the request that created it, so a closed tab cancels nothing.",
+    "Each attempt holds a lease and renews it while the model is still writing.",
+    "If a worker dies, its lease runs out and another worker takes the job over.",
+    "Every chunk of text is written to an ordered log before anyone is told about it.",
+    "A reader that reconnects names the last event it saw and misses nothing after it.",
+    "When an attempt fails, a reset tells every reader to drop the text it had so far.",
+    "Retries wait a little longer each time, with some jitter so they do not arrive together.",
+    "An answer whose outcome is unknown is not retried unless the job allows it.",
+    "PostgreSQL decides who runs what; notifications only make the workers look sooner.",
+    "The tenant pays once, for the accepted result, and never for a crash of ours.",
+    "Long generations are fine: the idle timeout notices a stalled stream long before the "
+    "attempt's own limit.",
+    "A cancelled job stays cancelled, whatever a slow worker tries to write afterwards.",
+    "Webhooks leave through an outbox, written in the same transaction that ends the job.",
+    "Any server replica can serve any reader, because the log lives in the database.",
+    "This text comes from the simulated provider: set provider to openai for a real model.",
+)
+_WORDS: Final = tuple(" ".join(SENTENCES).split())
+# Where each sentence starts in _WORDS: a prompt's text starts at the top of a sentence.
+_SENTENCE_STARTS: Final = tuple(
+    sum(len(sentence.split()) for sentence in SENTENCES[:i]) for i in range(len(SENTENCES))
+)
 
 
 class InvalidSimulation(ValueError):
@@ -120,8 +146,14 @@ def token_text(prompt: str, pattern: Pattern, index: int) -> str:
     """The index-th token (from 0). "count" makes gaps and duplicates visible in the output."""
     if pattern == "count":
         return f"{index} "
-    words = prompt.split() or list(FALLBACK_WORDS)
-    return f"{words[index % len(words)]} "
+    return f"{_WORDS[(_start(prompt) + index) % len(_WORDS)]} "
+
+
+@functools.lru_cache(maxsize=1024)
+def _start(prompt: str) -> int:
+    """Where the prompt's text starts in _WORDS (cached: asked once per token; a string caches
+    its own hash, so a long prompt is hashed once)."""
+    return _SENTENCE_STARTS[zlib.crc32(prompt.encode()) % len(_SENTENCE_STARTS)]
 
 
 def expected_text(prompt: str, tokens: int, pattern: Pattern = "words") -> str:
