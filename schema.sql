@@ -2,7 +2,7 @@
 -- A fresh database gets this file whole; an older one gets the migrations/ after its recorded
 -- version (jobstream/migrations.py, docs/operations.md). Change both together: a test checks
 -- that the migrations lead to exactly this schema.
--- schema-version: 3
+-- schema-version: 4
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -23,6 +23,9 @@ CREATE TABLE IF NOT EXISTS tenants (
     -- When a claim last took a job of this tenant: tenants with as many running jobs take turns
     -- in this order (the claim's post-check locks the row anyway, so writing it costs no lock).
     last_claimed_at  timestamptz,
+    -- The longest a job of this tenant is kept after it ends, seconds (NULL: no cap): caps the
+    -- job's retain_s and JOBSTREAM_RETENTION_S.
+    max_retain_s     integer CHECK (max_retain_s > 0),
     created_at       timestamptz NOT NULL DEFAULT now()
 );
 
@@ -95,6 +98,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     -- keys: retention deletes jobs, and a link to a pruned job reads as a 404.
     retry_of            uuid,
     retried_as          uuid,
+    -- Retention (docs/retention.md): how long to keep the job after it ends, seconds, as the
+    -- create asked (NULL: JOBSTREAM_RETENTION_S); the tenant's max_retain_s caps it. The
+    -- janitor sets expires_at when it settles the finished job (compacts its log), and deletes
+    -- the job, its attempts, events and webhook rows once it has passed. Not in any index the
+    -- writers of running jobs touch, so token appends stay HOT updates.
+    retain_s            integer,
+    expires_at          timestamptz,
     created_at          timestamptz NOT NULL DEFAULT now(),
     started_at          timestamptz,
     finished_at         timestamptz,
@@ -119,9 +129,17 @@ CREATE INDEX IF NOT EXISTS jobs_active_tenant_idx ON jobs (tenant_id)
     WHERE status IN ('running', 'cancelling');
 -- The tenant's job list, newest first, keyset-paginated.
 CREATE INDEX IF NOT EXISTS jobs_tenant_created_idx ON jobs (tenant_id, created_at DESC, id DESC);
+-- The janitor's work, oldest first (worker/janitor.py): finished jobs not settled yet (an entry is
+-- added by the statement that ends a job, which rewrites the row's index entries anyway), and
+-- settled jobs by expiry.
+CREATE INDEX IF NOT EXISTS jobs_unsettled_idx ON jobs (finished_at)
+    WHERE finished_at IS NOT NULL AND expires_at IS NULL;
+CREATE INDEX IF NOT EXISTS jobs_expiry_idx ON jobs (expires_at) WHERE expires_at IS NOT NULL;
 
+-- No foreign key to jobs: the claim inserts an attempt in the statement that updates its job, and
+-- the janitor deletes a job's attempts itself, with its events (queries.DELETE_EXPIRED_JOBS).
 CREATE TABLE IF NOT EXISTS job_attempts (
-    job_id         uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    job_id         uuid NOT NULL,
     attempt        integer NOT NULL,
     run_token      uuid NOT NULL,
     worker_id      text NOT NULL,
@@ -187,6 +205,71 @@ CREATE TABLE IF NOT EXISTS webhook_deliveries (
 
 CREATE INDEX IF NOT EXISTS webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at)
     WHERE status = 'pending';
+-- Deleting a job deletes its webhook rows: found by job, not by a scan of the outbox.
+CREATE INDEX IF NOT EXISTS webhook_deliveries_job_idx ON webhook_deliveries (job_id);
+
+-- What retention deleted, for a while (JOBSTREAM_TOMBSTONE_S): its id answers 410 Gone, not 404.
+CREATE TABLE IF NOT EXISTS job_tombstones (
+    id         uuid PRIMARY KEY,
+    tenant_id  text NOT NULL,
+    deleted_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS job_tombstones_deleted_idx ON job_tombstones (deleted_at);
+
+-- The metrics' counters (server/metrics.py), kept by the statements that change what they count,
+-- in the same transactions, so a scrape reads a few rows instead of counting history, and
+-- deleting history takes nothing off them. One row per writing backend (pg_backend_pid()) and
+-- provider: a backend runs one transaction at a time, so no writer ever waits on another's row
+-- (one shared row would be a lock every create, claim and completion queues on; shards picked by
+-- job id can be locked by a claim before a tenant row that a create holds while it waits for
+-- the same shard: a deadlock). The janitor folds the rows of backends that are gone into
+-- backend 0, so the table holds a row per live backend and provider. Each statement adds one
+-- upsert in one CTE; the hot per-token append adds nothing (events are counted when a job ends,
+-- and a scrape adds the live jobs' last_seq).
+-- The `*_counts` are cumulative histogram counts, one per bound of queries.DURATION_BUCKETS;
+-- their +Inf counts are attempts_started - retries (first attempts) and the sum of the outcomes.
+CREATE TABLE IF NOT EXISTS metric_totals (
+    backend           integer NOT NULL,
+    provider          text NOT NULL,
+    jobs_created      bigint NOT NULL DEFAULT 0,
+    jobs_accepted     bigint NOT NULL DEFAULT 0,
+    charged_usd       numeric NOT NULL DEFAULT 0,
+    attempts_started  bigint NOT NULL DEFAULT 0,
+    retries           bigint NOT NULL DEFAULT 0,
+    -- Attempts by outcome, counted when they end.
+    succeeded         bigint NOT NULL DEFAULT 0,
+    failed            bigint NOT NULL DEFAULT 0,
+    unknown           bigint NOT NULL DEFAULT 0,
+    cancelled         bigint NOT NULL DEFAULT 0,
+    lost              bigint NOT NULL DEFAULT 0,
+    interrupted       bigint NOT NULL DEFAULT 0,
+    cost_usd          numeric NOT NULL DEFAULT 0,
+    cost_unknown      bigint NOT NULL DEFAULT 0,
+    -- The last_seq of every job when it ended: the events appended to finished logs.
+    events_ended      bigint NOT NULL DEFAULT 0,
+    -- Created to first attempt; each attempt's run.
+    queue_wait_counts bigint[],
+    queue_wait_s      float8 NOT NULL DEFAULT 0,
+    run_counts        bigint[],
+    run_s             float8 NOT NULL DEFAULT 0,
+    -- The janitor's work (provider '').
+    jobs_compacted    bigint NOT NULL DEFAULT 0,
+    events_compacted  bigint NOT NULL DEFAULT 0,
+    jobs_deleted      bigint NOT NULL DEFAULT 0,
+    rows_deleted      bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (backend, provider)
+);
+
+-- Element-wise sum of two histograms' counts; NULL stands for none. Not for the hot statements,
+-- which add their few counts in plain expressions (jobstream/queries.py, add_to_totals).
+CREATE OR REPLACE FUNCTION add_counts(a bigint[], b bigint[]) RETURNS bigint[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(array_agg(coalesce(x, 0) + coalesce(y, 0) ORDER BY i), a)
+      FROM unnest(a, b) WITH ORDINALITY AS t (x, y, i)
+$$;
+
+-- The element-wise sum of many histograms' counts (the scrape, the janitor's fold).
+CREATE OR REPLACE AGGREGATE sum_counts(bigint[]) (SFUNC = add_counts, STYPE = bigint[]);
 
 -- The body of a job's terminal webhook, built from its final row; its timestamp is the job's end,
 -- so a retried delivery sends the same bytes. Used by every statement that ends a job.
@@ -201,4 +284,4 @@ CREATE OR REPLACE FUNCTION job_webhook_payload(
                         ELSE jsonb_build_object('error', error) END)
 $$;
 
-INSERT INTO schema_version (version) VALUES (3) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (4) ON CONFLICT (version) DO NOTHING;

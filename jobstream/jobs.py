@@ -93,7 +93,9 @@ async def create_many(
     now = clock.now() if clock is not None else None
     ids = [uuid.uuid4() for _ in items]
     async with pool.acquire() as conn:
-        rows = await conn.fetch(queries.INSERT_JOBS, *_columns(ids, tenant_id, items), now, True)
+        rows = await conn.fetch(
+            queries.INSERT_JOBS, *_columns(ids, tenant_id, items), now, True, _retain(items)
+        )
         if not rows:
             raise JobstreamError(f"tenant {tenant_id!r} does not exist")
         if rows[0]["go"]:
@@ -142,6 +144,11 @@ def _columns(ids: Sequence[uuid.UUID], tenant_id: str, items: Sequence[NewJob]) 
         [spec.run_at for spec in specs],
         [spec.delay_s for spec in specs],
     ]
+
+
+def _retain(items: Sequence[NewJob]) -> list[int | None]:
+    """INSERT_JOBS' $16: each job's retain_s (None: the deployment's retention)."""
+    return [item.spec.retain_s for item in items]
 
 
 async def _create_checked(
@@ -200,7 +207,7 @@ async def _create_checked(
     chosen = [items[i] for i in admitted]
     chosen_ids = [ids[i] for i in admitted]
     rows = await conn.fetch(
-        queries.INSERT_JOBS, *_columns(chosen_ids, tenant_id, chosen), now, False
+        queries.INSERT_JOBS, *_columns(chosen_ids, tenant_id, chosen), now, False, _retain(chosen)
     )
     return {r["id"]: r for r in rows if r["id"] is not None}, refused
 
@@ -379,3 +386,12 @@ async def snapshot(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID) -> Sna
         else:
             text = await events.attempt_text(conn, job_id, job["attempts"])
     return Snapshot(job, history, text)
+
+
+async def delete_finished(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID) -> bool:
+    """Delete a finished job with its log; False (and nothing deleted) if it is not finished.
+    Its idempotency key is free again. Raises JobNotFound."""
+    row = await pool.fetchrow(queries.DELETE_FINISHED_JOB, job_id, tenant_id)
+    if row is None:
+        raise JobNotFound(str(job_id))
+    return bool(row["finished"])

@@ -9,7 +9,31 @@ from typing import Any
 
 import orjson
 
-_SINCE_V1 = frozenset({"run_at", "delay_s"})
+# One attempt's limit unless the job sets timeout_s: long enough for a reasoning model's
+# minutes-long answer. A stalled call is caught sooner by the provider's first-token and idle
+# limits (JOBSTREAM_OPENAI_FIRST_TOKEN_TIMEOUT_S, JOBSTREAM_OPENAI_IDLE_TIMEOUT_S).
+DEFAULT_TIMEOUT_S = 1800.0
+
+_SINCE_V1 = frozenset(
+    {"run_at", "delay_s", "messages", "instructions", "temperature", "top_p", "retain_s"}
+)
+
+# A chat message as stored: {"role": "system" | "developer" | "user" | "assistant", "content"}.
+Message = dict[str, str]
+
+
+def chat(prompt: str, messages: list[Message] | None, instructions: str | None) -> list[Message]:
+    """The conversation a chat model is sent: the instructions as a leading system message, then
+    the messages, or the prompt as the one user message."""
+    head = [{"role": "system", "content": instructions}] if instructions is not None else []
+    return head + (messages if messages is not None else [{"role": "user", "content": prompt}])
+
+
+def prompt_of(messages: list[Message]) -> str:
+    """What stands for a conversation where one text is shown or used: its last user message
+    (the page's prompt, the simulated provider's words), else its last message."""
+    users = [m for m in messages if m["role"] == "user"]
+    return (users or messages)[-1]["content"]
 
 
 @dataclass(frozen=True)
@@ -21,17 +45,26 @@ class JobSpec:
     priority: int = 0
     max_attempts: int = 3
     retry_unknown: bool = False
-    timeout_s: float = 90.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     webhook_url: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     simulate: dict[str, Any] = field(default_factory=dict)
     # Not before this time, or this many seconds after the create (at most one of the two).
     run_at: datetime | None = None
     delay_s: float | None = None
+    # A conversation instead of one prompt (`prompt` is then prompt_of(messages)), a system
+    # prompt sent before it, and sampling passed upstream as given.
+    messages: list[Message] | None = None
+    instructions: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    # Seconds to keep the job after it ends (None: JOBSTREAM_RETENTION_S); stored in its own
+    # column (jobs.retain_s), not in the payload: the worker never needs it.
+    retain_s: int | None = None
 
     def payload(self) -> dict[str, Any]:
         """What the worker needs to run an attempt (stored as jobs.payload)."""
-        return {
+        payload: dict[str, Any] = {
             "prompt": self.prompt,
             "model": self.model,
             "max_tokens": self.max_tokens,
@@ -39,6 +72,18 @@ class JobSpec:
             "timeout_s": self.timeout_s,
             "simulate": self.simulate,
         }
+        # Only when set: a job asking for none of these stores what it stored before them.
+        if self.messages is not None:
+            payload["messages"] = self.messages
+        if self.instructions is not None:
+            payload["instructions"] = self.instructions
+        if sampling := self.sampling():
+            payload["sampling"] = sampling
+        return payload
+
+    def sampling(self) -> dict[str, float]:
+        given = {"temperature": self.temperature, "top_p": self.top_p}
+        return {name: value for name, value in given.items() if value is not None}
 
     def request_hash(self) -> str:
         """A digest of the whole request, key order ignored: same body, same hash."""
@@ -61,6 +106,9 @@ class AttemptSpec:
     retry_unknown: bool
     timeout_s: float
     simulate: dict[str, Any]
+    messages: list[Message] | None = None
+    instructions: str | None = None
+    sampling: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> AttemptSpec:
@@ -69,6 +117,9 @@ class AttemptSpec:
             model=payload.get("model"),
             max_tokens=int(payload.get("max_tokens", 512)),
             retry_unknown=bool(payload.get("retry_unknown", False)),
-            timeout_s=float(payload.get("timeout_s", 90)),
+            timeout_s=float(payload.get("timeout_s", DEFAULT_TIMEOUT_S)),
             simulate=dict(payload.get("simulate") or {}),
+            messages=payload.get("messages"),
+            instructions=payload.get("instructions"),
+            sampling=dict(payload.get("sampling") or {}),
         )

@@ -18,6 +18,45 @@ CHANNEL_CANCEL = "jobstream_cancel"  # payload "job_id": a running job was asked
 
 NOW = "coalesce({}::timestamptz, statement_timestamp())"
 
+# The metrics' counters (schema.sql, metric_totals): a statement that changes what they count
+# adds to them in one more CTE of the same statement, of the form
+#   INSERT INTO metric_totals AS m (backend, provider, <its columns>)
+#   SELECT pg_backend_pid(), provider, <its figures> FROM <its rows> GROUP BY provider
+#   <add_to_totals(its columns)>
+# The row is this backend's own, so the upsert never waits on another writer. Histograms are
+# arrays of cumulative counts, one per bound of DURATION_BUCKETS, written out here as plain
+# expressions: SQL functions doing the same cost the claim's counting twice as much.
+
+# Seconds; LLM calls are long, so the duration histograms reach ten minutes.
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+def histogram(seconds: str, where: str = "true") -> str:
+    """SQL: an aggregate of the cumulative counts of `seconds` (over the rows where `where`) at
+    or under each of DURATION_BUCKETS."""
+    counts = (f"count(*) FILTER (WHERE {where} AND {seconds} <= {b})" for b in DURATION_BUCKETS)
+    return "ARRAY[" + ", ".join(counts) + "]"
+
+
+def _add_counts(column: str) -> str:
+    summed = ", ".join(
+        f"m.{column}[{i}] + EXCLUDED.{column}[{i}]" for i in range(1, len(DURATION_BUCKETS) + 1)
+    )
+    return (
+        f"CASE WHEN EXCLUDED.{column} IS NULL THEN m.{column}"
+        f" WHEN m.{column} IS NULL THEN EXCLUDED.{column} ELSE ARRAY[{summed}] END"
+    )
+
+
+def add_to_totals(*columns: str) -> str:
+    """SQL: the ON CONFLICT clause that adds a counting CTE's `columns` to its row."""
+    sets = (
+        f"{c} = {_add_counts(c)}" if c.endswith("_counts") else f"{c} = m.{c} + EXCLUDED.{c}"
+        for c in columns
+    )
+    return "ON CONFLICT (backend, provider) DO UPDATE SET " + ", ".join(sets)
+
+
 # --- connections ---
 
 # A liveness probe: readiness, and the LISTEN connection's check that it is still alive.
@@ -41,18 +80,24 @@ INSERT INTO schema_version (version) VALUES ($1) ON CONFLICT (version) DO NOTHIN
 # commit order equals seq order (DESIGN.md §4.3); the insert and the NOTIFY ride in the same
 # statement. $2 (run_token) fences the write: NULL for writes by the API (no attempt involved),
 # else the attempt's token, and then only while the job is active.
+# A `done` ends the log: its last_seq then counts as the job's events (metric_totals), and the
+# scrape stops adding the job's live last_seq (it is no longer queued or running).
 APPEND_EVENTS = f"""
 WITH bumped AS (
     UPDATE jobs
        SET last_seq = last_seq + cardinality($3::text[]), updated_at = clock_timestamp()
      WHERE id = $1
        AND ($2::uuid IS NULL OR (run_token = $2 AND status IN ('running', 'cancelling')))
-    RETURNING last_seq
+    RETURNING last_seq, provider
 ), inserted AS (
     INSERT INTO job_events (job_id, seq, attempt, type, data)
     SELECT $1, bumped.last_seq - cardinality($3::text[]) + e.ord, $4, e.type, e.data
       FROM bumped, unnest($3::text[], $5::jsonb[]) WITH ORDINALITY AS e (type, data, ord)
     RETURNING seq
+), counted AS (
+    INSERT INTO metric_totals AS m (backend, provider, events_ended)
+    SELECT pg_backend_pid(), provider, last_seq FROM bumped WHERE 'done' = ANY($3::text[])
+    {add_to_totals("events_ended")}
 )
 SELECT last_seq, pg_notify('{CHANNEL_EVENTS}', $1::text || ':' || last_seq) FROM bumped
 """
@@ -63,6 +108,20 @@ SELECT seq, type, attempt, data, created_at
  WHERE job_id = $1 AND seq > $2
  ORDER BY seq
  LIMIT $3
+"""
+
+# EVENTS_AFTER for many jobs at once: the hub's one read per wake-up for every job it follows
+# that has news ($1 job ids, $2 the seq each has been read up to, at most $3 events a job).
+EVENTS_AFTER_MANY = """
+SELECT c.job_id, e.seq, e.type, e.attempt, e.data, e.created_at
+  FROM unnest($1::uuid[], $2::bigint[]) AS c(job_id, after)
+ CROSS JOIN LATERAL (
+       SELECT seq, type, attempt, data, created_at
+         FROM job_events
+        WHERE job_id = c.job_id AND seq > c.after
+        ORDER BY seq
+        LIMIT $3) AS e
+ ORDER BY c.job_id, e.seq
 """
 
 # What a stream needs to know before it starts: does the job exist, and is it finished?
@@ -152,6 +211,7 @@ SELECT coalesce(string_agg(data->>'text', '' ORDER BY seq), '')
 #   simultaneous duplicates make one row; the losers are then read with SELECT_JOBS_BY_KEYS.
 #   Two items of one batch with the same key make one row too.
 # - run_after is when the job may start: `run_at`, else now plus `delay_s` (0 by default).
+# - $16 is each job's retain_s (NULL: the deployment's JOBSTREAM_RETENTION_S).
 INSERT_JOBS = """
 WITH tenant AS (
     SELECT NOT $15::boolean OR (budget_usd IS NULL AND create_rate_per_min IS NULL) AS go
@@ -160,18 +220,19 @@ WITH tenant AS (
 ), inserted AS (
     INSERT INTO jobs (id, tenant_id, idempotency_key, request_hash, provider, priority, payload,
                       metadata, max_attempts, webhook_url, estimate_usd, reserved_usd, run_after,
-                      last_seq, created_at, updated_at)
+                      last_seq, created_at, updated_at, retain_s)
     SELECT n.id, $2, n.key, n.hash, n.provider, n.priority, n.payload, n.metadata,
            n.max_attempts, n.webhook_url, n.estimate, n.estimate,
            coalesce(n.run_at, coalesce($14::timestamptz, statement_timestamp())
                               + make_interval(secs => coalesce(n.delay_s, 0))),
            1, coalesce($14::timestamptz, statement_timestamp()),
-           coalesce($14::timestamptz, statement_timestamp())
+           coalesce($14::timestamptz, statement_timestamp()), n.retain_s
       FROM unnest($1::uuid[], $3::text[], $4::text[], $5::text[], $6::smallint[], $7::jsonb[],
                   $8::jsonb[], $9::int[], $10::text[], $11::numeric[], $12::timestamptz[],
-                  $13::float8[])
+                  $13::float8[], $16::int[])
              WITH ORDINALITY AS n (id, key, hash, provider, priority, payload, metadata,
-                                   max_attempts, webhook_url, estimate, run_at, delay_s, ord),
+                                   max_attempts, webhook_url, estimate, run_at, delay_s,
+                                   retain_s, ord),
            tenant
      WHERE tenant.go
      ORDER BY n.ord
@@ -190,11 +251,15 @@ WITH tenant AS (
      ORDER BY 2
     ON CONFLICT (tenant_id, shard) DO UPDATE
        SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
+), counted AS (
+    INSERT INTO metric_totals AS m (backend, provider, jobs_created)
+    SELECT pg_backend_pid(), provider, count(*) FROM inserted GROUP BY provider
+    {add_to_totals}
 )
 SELECT t.go, i.*
   FROM tenant t
   LEFT JOIN inserted i ON true
-"""
+""".replace("{add_to_totals}", add_to_totals("jobs_created"))
 
 # Workers wake for new runnable jobs of these providers. Sent on its own, never by the creating
 # transaction: NOTIFY takes a cluster-wide lock from commit until the commit is durable, so a
@@ -286,9 +351,9 @@ WITH old AS (
 ), created AS (
     INSERT INTO jobs (id, tenant_id, request_hash, provider, priority, payload, metadata,
                       max_attempts, webhook_url, estimate_usd, reserved_usd, run_after, last_seq,
-                      created_at, updated_at, retry_of)
+                      created_at, updated_at, retry_of, retain_s)
     SELECT $2, tenant_id, request_hash, provider, priority, payload, metadata, max_attempts,
-           webhook_url, estimate_usd, estimate_usd, {now}, 1, {now}, {now}, id
+           webhook_url, estimate_usd, estimate_usd, {now}, 1, {now}, {now}, id, retain_s
       FROM old
     RETURNING *
 ), linked AS (
@@ -306,11 +371,27 @@ WITH old AS (
      WHERE reserved_usd > 0
     ON CONFLICT (tenant_id, shard) DO UPDATE
        SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
+), counted AS (
+    INSERT INTO metric_totals AS m (backend, provider, jobs_created)
+    SELECT pg_backend_pid(), provider, 1 FROM created
+    {add}
 )
 SELECT *, pg_notify('{channel}', provider) FROM created
-""".format(now=NOW.format("$3"), channel=CHANNEL_JOBS)
+""".format(now=NOW.format("$3"), channel=CHANNEL_JOBS, add=add_to_totals("jobs_created"))
 
 # --- the worker ---
+
+# CLAIM_JOBS' `counted` CTE: the attempts it started, the retries among them, and the first
+# attempts' waits since their job's creation.
+_CLAIMS_COUNTED = f"""
+    INSERT INTO metric_totals AS m (backend, provider, attempts_started, retries,
+                                    queue_wait_counts, queue_wait_s)
+    SELECT pg_backend_pid(), provider, count(*), count(*) FILTER (WHERE attempts > 1),
+           {histogram("waited_s", "attempts = 1")},
+           coalesce(sum(waited_s) FILTER (WHERE attempts = 1), 0)
+      FROM claimed
+     GROUP BY provider
+    {add_to_totals("attempts_started", "retries", "queue_wait_counts", "queue_wait_s")}"""
 
 # The first statement of a claim transaction for a worker that runs providers with a concurrency
 # limit ($1, sorted): lock the provider_state row of each limited provider that has a runnable
@@ -373,6 +454,7 @@ RETURNING provider
 #   attempt row, and the `reset` and `status` events that open the attempt's log, are written
 #   by the same statement, which allocates their seqs (last_seq + 2) under the row lock the
 #   UPDATE holds. One NOTIFY per job tells its followers.
+# - `counted`: the metrics' attempts started, retries and queue waits (_CLAIMS_COUNTED).
 CLAIM_JOBS = """
 WITH RECURSIVE queues AS (
     (SELECT tenant_id, provider, priority
@@ -479,7 +561,8 @@ WITH RECURSIVE queues AS (
       FROM chosen c
      WHERE j.id = c.id
     RETURNING j.id, j.tenant_id, j.attempts, j.uncounted_attempts, j.max_attempts, j.run_token,
-              j.provider, j.payload, j.last_seq, j.worker_id, c.previous_error
+              j.provider, j.payload, j.last_seq, j.worker_id, c.previous_error,
+              extract(epoch FROM j.started_at - j.created_at)::float8 AS waited_s
 ), attempt AS (
     INSERT INTO job_attempts (job_id, attempt, run_token, worker_id, started_at, provider, model)
     SELECT id, attempts, run_token, worker_id, coalesce($4::timestamptz, statement_timestamp()),
@@ -497,11 +580,12 @@ WITH RECURSIVE queues AS (
       FROM claimed
     UNION ALL
     SELECT id, last_seq, attempts, 'status', '{"status": "running"}'::jsonb FROM claimed
+), counted AS ({counted}
 )
 SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,
        pg_notify('{channel}', id::text || ':' || last_seq)
   FROM claimed
-""".replace("{channel}", CHANNEL_EVENTS)
+""".replace("{channel}", CHANNEL_EVENTS).replace("{counted}", _CLAIMS_COUNTED)
 
 # A tenant's running limit, exactly: CLAIM_JOBS counts from its snapshot, so two workers
 # claiming for one tenant at once can both see room. After the claim, lock the rows of the
@@ -561,13 +645,30 @@ SELECT m.run_token, r.status, r.cancel_requested_at
   LEFT JOIN renewed r ON r.id = m.id
 """
 
+# SUCCEED_ATTEMPTS' `counted` CTE: jobs accepted, what they were charged, their attempts as
+# succeeded (with cost and run time), and their logs' events, final now.
+_SUCCESSES_COLUMNS = (
+    "jobs_accepted", "charged_usd", "succeeded", "cost_usd", "cost_unknown", "events_ended",
+    "run_counts", "run_s",
+)  # fmt: skip
+_SUCCESSES_COUNTED = f"""
+    INSERT INTO metric_totals AS m (backend, provider, jobs_accepted, charged_usd, succeeded,
+                                    cost_usd, cost_unknown, events_ended, run_counts, run_s)
+    SELECT pg_backend_pid(), provider, count(*), coalesce(sum(cost_usd), 0), count(*),
+           coalesce(sum(cost_usd), 0), count(*) FILTER (WHERE NOT cost_known), sum(last_seq),
+           {histogram("run_s")}, sum(run_s)
+      FROM closed
+     GROUP BY provider
+    {add_to_totals(*_SUCCESSES_COLUMNS)}"""
+
 # Accept attempts' results, one or many (a worker's successes of one tick), in one statement and
 # one commit: fenced on each run token, it ends each job, closes its attempt, appends its last
 # events (the final token chunk if any, `usage`, `done`), charges the accepted price once and
 # frees the reservation on the job's ledger shard, writes the webhook outbox row, and notifies
 # followers. Every CTE acts only through `done`: a fenced-out attempt changes nothing, the others
 # still land, and the rows returned name the jobs that were accepted. The events are built here
-# from the result, not sent: `usage` is the result's, `done` carries the whole result.
+# from the result, not sent: `usage` is the result's, `done` carries the whole result. `counted`
+# adds to the metrics' counters (_SUCCESSES_COUNTED).
 # Parameters, one element per attempt: $1 job, $2 run token, $3 result ({text, usage}), $4
 # attempt, $5 input tokens, $6 output tokens, $7 cost (the price charged), $8 cost known, $9 the
 # last token chunk ('' for none); then $10 now.
@@ -601,6 +702,8 @@ WITH input AS (
      -- No `outcome = 'running'` test: the job ran under this attempt's token, so its attempt
      -- is running; and with it the planner read every running attempt once per success.
      WHERE a.job_id = done.id AND a.attempt = done.attempt
+    RETURNING a.provider, a.cost_usd, a.cost_known, done.last_seq,
+              extract(epoch FROM a.finished_at - a.started_at)::float8 AS run_s
 ), logged AS (
     INSERT INTO job_events (job_id, seq, attempt, type, data)
     SELECT id, last_seq - 2, attempt, 'token', jsonb_build_object('text', last_chunk)
@@ -632,9 +735,10 @@ WITH input AS (
            job_webhook_payload(id, status, attempts, finished_at, result, error), finished_at
       FROM done
      WHERE webhook_url IS NOT NULL
+), counted AS ({counted}
 )
 SELECT id, last_seq, pg_notify('{channel}', id::text || ':' || last_seq) FROM done
-""".replace("{channel}", CHANNEL_EVENTS)
+""".replace("{channel}", CHANNEL_EVENTS).replace("{counted}", _SUCCESSES_COUNTED)
 
 # Back to the queue for another attempt. run_token is cleared so the old attempt is fenced out.
 REQUEUE_JOB = """
@@ -662,13 +766,35 @@ UPDATE jobs
 RETURNING *
 """.format(now=NOW.format("$3"))
 
+# Counts, for the metrics (add_to_totals), the attempts that a CTE `ended` returns as
+# (provider, outcome, cost_usd, cost_known, ran): the end of the statements that end attempts.
+_ENDED_COLUMNS = (
+    "succeeded", "failed", "unknown", "cancelled", "lost", "interrupted", "cost_usd",
+    "cost_unknown", "run_counts", "run_s",
+)  # fmt: skip
+ATTEMPT_ENDED = f"""
+INSERT INTO metric_totals AS m (backend, provider, succeeded, failed, unknown, cancelled, lost,
+                                interrupted, cost_usd, cost_unknown, run_counts, run_s)
+SELECT pg_backend_pid(), provider, count(*) FILTER (WHERE outcome = 'succeeded'),
+       count(*) FILTER (WHERE outcome = 'failed'), count(*) FILTER (WHERE outcome = 'unknown'),
+       count(*) FILTER (WHERE outcome = 'cancelled'), count(*) FILTER (WHERE outcome = 'lost'),
+       count(*) FILTER (WHERE outcome = 'interrupted'), coalesce(sum(cost_usd), 0),
+       count(*) FILTER (WHERE NOT cost_known), {histogram("extract(epoch FROM ran)")},
+       sum(extract(epoch FROM ran)::float8)
+  FROM ended
+ GROUP BY provider
+{add_to_totals(*_ENDED_COLUMNS)}"""
+
 FINISH_ATTEMPT = """
-UPDATE job_attempts
-   SET outcome = $3, finished_at = {now}, error_class = $4, error_detail = $5,
-       input_tokens = $6, output_tokens = $7, cost_usd = $8, cost_known = $9,
-       cancel_confirmed = $10
- WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
-""".format(now=NOW.format("$11"))
+WITH ended AS (
+    UPDATE job_attempts
+       SET outcome = $3, finished_at = {now}, error_class = $4, error_detail = $5,
+           input_tokens = $6, output_tokens = $7, cost_usd = $8, cost_known = $9,
+           cancel_confirmed = $10
+     WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
+    RETURNING provider, outcome, cost_usd, cost_known, finished_at - started_at AS ran
+)
+{counted}""".format(now=NOW.format("$11"), counted=ATTEMPT_ENDED)
 
 # Leases that ran out: their worker died or lost the database. Locked one batch at a time.
 # `ledger_shard`: the reaper settles its batch in (tenant, shard) order, the order every writer
@@ -699,11 +825,14 @@ RETURNING *
 """.format(now=NOW.format("$4"))
 
 MARK_ATTEMPT_LOST = """
-UPDATE job_attempts
-   SET outcome = 'lost', finished_at = {now}, error_class = 'lost',
-       error_detail = 'lease expired: the worker stopped renewing it', cost_known = false
- WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
-""".format(now=NOW.format("$3"))
+WITH ended AS (
+    UPDATE job_attempts
+       SET outcome = 'lost', finished_at = {now}, error_class = 'lost',
+           error_detail = 'lease expired: the worker stopped renewing it', cost_known = false
+     WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
+    RETURNING provider, outcome, cost_usd, cost_known, finished_at - started_at AS ran
+)
+{counted}""".format(now=NOW.format("$3"), counted=ATTEMPT_ENDED)
 
 # --- provider-wide state ---
 
@@ -725,37 +854,50 @@ ON CONFLICT (provider) DO UPDATE
 RETURNING paused_until
 """
 
-# --- metrics (derived from the tables, so every replica reports the same truth) ---
+# --- metrics: counters the writers keep (add_to_totals), gauges read through indexes ---
 
-METRICS_JOBS_BY_STATUS = "SELECT status, count(*) AS n FROM jobs GROUP BY status"
-
-METRICS_ATTEMPTS = """
-SELECT provider, outcome, count(*) AS n, coalesce(sum(cost_usd), 0) AS cost,
-       count(*) FILTER (WHERE NOT cost_known) AS cost_unknown,
-       count(*) FILTER (WHERE attempt > 1) AS retries
-  FROM job_attempts
- GROUP BY provider, outcome
+# Every counter, summed over the writers' rows (a row per live backend and provider, and the
+# folded totals of backend 0): a few hundred rows at most, whatever the history.
+METRICS_TOTALS = """
+SELECT provider,
+       sum(jobs_created)::bigint AS jobs_created, sum(jobs_accepted)::bigint AS jobs_accepted,
+       sum(charged_usd) AS charged_usd, sum(attempts_started)::bigint AS attempts_started,
+       sum(retries)::bigint AS retries, sum(succeeded)::bigint AS succeeded,
+       sum(failed)::bigint AS failed, sum(unknown)::bigint AS unknown,
+       sum(cancelled)::bigint AS cancelled, sum(lost)::bigint AS lost,
+       sum(interrupted)::bigint AS interrupted, sum(cost_usd) AS cost_usd,
+       sum(cost_unknown)::bigint AS cost_unknown, sum(events_ended)::bigint AS events_ended,
+       sum_counts(queue_wait_counts) AS queue_wait_counts, sum(queue_wait_s) AS queue_wait_s,
+       sum_counts(run_counts) AS run_counts, sum(run_s) AS run_s,
+       sum(jobs_compacted)::bigint AS jobs_compacted,
+       sum(events_compacted)::bigint AS events_compacted,
+       sum(jobs_deleted)::bigint AS jobs_deleted, sum(rows_deleted)::bigint AS rows_deleted
+  FROM metric_totals
+ GROUP BY provider
 """
 
-METRICS_ACCEPTED_COST = """
-SELECT count(*) AS accepted,
-       coalesce(sum(charged_usd), 0) AS charged,
-       coalesce(sum((SELECT sum(a.cost_usd) FROM job_attempts a WHERE a.job_id = j.id)), 0)
-         AS provider_cost
-  FROM jobs j
- WHERE j.status = 'succeeded'
-"""
-
-METRICS_QUEUE = """
-SELECT count(*) AS depth,
+# The jobs not finished, by status: how many, the events in their logs so far (what the counted
+# events of finished logs lack), and how long the oldest runnable one has waited. One range of a
+# partial index per status (jobs_queued_provider_idx, jobs_leased_idx): the cost follows the
+# backlog and the running jobs, never the history.
+METRICS_LIVE = """
+SELECT 'queued' AS status, count(*) AS n, coalesce(sum(last_seq), 0)::bigint AS events,
        coalesce(extract(epoch FROM clock_timestamp()
-                - min(run_after) FILTER (WHERE run_after <= clock_timestamp())), 0)
+                - min(run_after) FILTER (WHERE run_after <= clock_timestamp())), 0)::float8
          AS oldest_age_s
   FROM jobs
  WHERE status = 'queued'
+UNION ALL
+SELECT status, count(*), coalesce(sum(last_seq), 0)::bigint, 0
+  FROM jobs
+ WHERE status IN ('running', 'cancelling')
+ GROUP BY status
 """
 
-METRICS_EVENTS = "SELECT coalesce(sum(last_seq), 0) AS n FROM jobs"
+# Attempts under way, per provider (job_attempts_running_idx): what a provider limit caps.
+METRICS_ATTEMPTS_RUNNING = """
+SELECT provider, count(*) AS n FROM job_attempts WHERE outcome = 'running' GROUP BY provider
+"""
 
 # Seconds each provider stays paused after a 429 (0 once the pause is over).
 METRICS_PROVIDER_PAUSES = """
@@ -765,25 +907,191 @@ SELECT provider,
   FROM provider_state
 """
 
-# Cumulative histogram counts over the bucket bounds in $1 (seconds), plus count and sum, of the
-# durations `{seconds}` selects (one column, `s`).
-_HISTOGRAM = """
-WITH d AS ({seconds})
-SELECT array(SELECT (SELECT count(*) FROM d WHERE d.s <= b) FROM unnest($1::float8[]) AS b)
-         AS buckets,
-       (SELECT count(*) FROM d) AS n,
-       (SELECT coalesce(sum(s), 0) FROM d) AS total
+# How far the janitor is behind: the oldest job past its expiry that is still there, and the
+# oldest finished job not settled ($1 s after its end, JOBSTREAM_COMPACT_AFTER_S). The first
+# entry of jobs_expiry_idx and of jobs_unsettled_idx.
+METRICS_JANITOR_LAG = """
+SELECT greatest(coalesce(extract(epoch FROM clock_timestamp()
+                         - (SELECT min(expires_at) FROM jobs WHERE expires_at IS NOT NULL)),
+                         0), 0)::float8 AS delete_s,
+       greatest(coalesce(extract(epoch FROM clock_timestamp() - make_interval(secs => $1)
+                         - (SELECT min(finished_at) FROM jobs
+                             WHERE finished_at IS NOT NULL AND expires_at IS NULL)),
+                         0), 0)::float8 AS settle_s
 """
 
-METRICS_QUEUE_WAIT = _HISTOGRAM.format(
-    seconds="SELECT extract(epoch FROM started_at - created_at)::float8 AS s"
-    " FROM jobs WHERE started_at IS NOT NULL"
-)
+# --- the janitor (worker/janitor.py): retention, compaction, the counters' upkeep ---
 
-METRICS_RUN_DURATION = _HISTOGRAM.format(
-    seconds="SELECT extract(epoch FROM finished_at - started_at)::float8 AS s"
-    " FROM job_attempts WHERE finished_at IS NOT NULL"
+# One janitor at a time across every worker: a session lock held for a round of batches.
+TRY_LOCK = "SELECT pg_try_advisory_lock($1)"
+UNLOCK = "SELECT pg_advisory_unlock($1)"
+
+# The janitor's commits do not wait for their WAL to reach the disk: a batch that a crash loses
+# was settling or deleting jobs that stay as they were until the next round does it again, with
+# its counters, and no reader can have relied on it. The claims' and appends' commits, which do
+# wait, then share the disk with fewer flushes. (The pool's reset of the connection undoes it.)
+JANITOR_SESSION = "SET synchronous_commit = off"
+
+# Settle up to $3 finished jobs, oldest first, $2 s after they ended: compact each log and give
+# the job its expiry. Parameters: $1 now, $2 JOBSTREAM_COMPACT_AFTER_S, $3 batch, $4
+# JOBSTREAM_RETENTION_S (for a job that asked for no retain_s), $5 most characters per compacted
+# event. Only finished jobs are touched, which no claim and no append writes, so nothing the hot
+# path does waits on this statement's row locks.
+# - `picked`: the jobs, locked; their retention is their retain_s or the default, capped by the
+#   tenant's max_retain_s (least ignores a NULL cap).
+# - `tokens`: their token events, in runs of consecutive seqs (a run breaks at any other event).
+#   `kept`: the event belongs to the last attempt, whose text is the job's (the accepted one's,
+#   or what a failed job showed); every earlier attempt was superseded by a `reset`.
+# - `folded`: each run of the last attempt becomes parts of about $5 characters (a part is cut at
+#   an event's boundary), each part one event at the seq of its last event, holding the part's
+#   text and `from_seq`, the first seq it stands for; a superseded run becomes one empty event.
+#   The seqs in between are deleted. A reader from before `from_seq` reads the same text; a
+#   reader whose cursor is inside [from_seq, seq) gets `resync` (server/tail.py). A run already
+#   one event of the last attempt stays as it is.
+# - `settled`: expires_at, which takes the job out of jobs_unsettled_idx into jobs_expiry_idx.
+SETTLE_JOBS = """
+WITH picked AS (
+    SELECT j.id, j.attempts, j.finished_at,
+           least(coalesce(j.retain_s, $4), t.max_retain_s) AS retain_s
+      FROM jobs j
+      LEFT JOIN tenants t ON t.id = j.tenant_id
+     WHERE j.finished_at IS NOT NULL AND j.expires_at IS NULL
+       AND j.finished_at <= {now} - make_interval(secs => $2)
+     ORDER BY j.finished_at
+     LIMIT $3
+       FOR NO KEY UPDATE OF j SKIP LOCKED
+), tokens AS (
+    SELECT e.job_id, e.seq, e.data->>'text' AS text, e.attempt = p.attempts AS kept,
+           e.seq - row_number() OVER (PARTITION BY e.job_id ORDER BY e.seq) AS run
+      FROM picked p
+      JOIN job_events e ON e.job_id = p.id
+     WHERE e.type = 'token'
+), parts AS (
+    SELECT job_id, seq, text, kept, run,
+           CASE WHEN kept
+                THEN (sum(length(text)) OVER (PARTITION BY job_id, run ORDER BY seq)
+                      - length(text)) / $5
+                ELSE 0 END AS part
+      FROM tokens
+), folded AS (
+    SELECT job_id, min(seq) AS first_seq, max(seq) AS seq, bool_and(kept) AS kept,
+           string_agg(text, '' ORDER BY seq) AS text
+      FROM parts
+     GROUP BY job_id, run, part
+), changed AS (
+    SELECT * FROM folded WHERE first_seq < seq OR NOT kept
+), removed AS (
+    DELETE FROM job_events e
+     USING changed c
+     WHERE e.job_id = c.job_id AND e.seq >= c.first_seq AND e.seq < c.seq
+    RETURNING e.job_id
+), rewritten AS (
+    UPDATE job_events e
+       SET data = CASE WHEN c.first_seq = c.seq THEN jsonb_build_object('text', '')
+                       ELSE jsonb_build_object('text', CASE WHEN c.kept THEN c.text ELSE '' END,
+                                               'from_seq', c.first_seq) END
+      FROM changed c
+     WHERE e.job_id = c.job_id AND e.seq = c.seq
+), settled AS (
+    UPDATE jobs j
+       SET expires_at = p.finished_at + make_interval(secs => p.retain_s)
+      FROM picked p
+     WHERE j.id = p.id
+    RETURNING j.id
+), tally AS (
+    SELECT (SELECT count(*) FROM settled) AS jobs, (SELECT count(*) FROM removed) AS removed
+), counted AS (
+    INSERT INTO metric_totals AS m (backend, provider, jobs_compacted, events_compacted)
+    SELECT pg_backend_pid(), '', jobs, removed FROM tally WHERE jobs > 0
+    {add}
 )
+SELECT jobs, removed FROM tally
+""".format(now=NOW.format("$1"), add=add_to_totals("jobs_compacted", "events_compacted"))
+
+# Delete up to $2 jobs whose expiry has passed, oldest first, with their events, attempts and
+# webhook rows (a pending delivery goes too: retention outranks a receiver that never answers),
+# leaving a tombstone ($3) so that the id answers 410 for a while. $1 now. The rows are locked
+# first and skipped if taken (an API call on a finished job holds one for a moment).
+DELETE_EXPIRED_JOBS = """
+WITH doomed AS (
+    SELECT id, tenant_id
+      FROM jobs
+     WHERE expires_at <= {now}
+     ORDER BY expires_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), events AS (
+    DELETE FROM job_events e USING doomed d WHERE e.job_id = d.id RETURNING 1
+), attempts AS (
+    DELETE FROM job_attempts a USING doomed d WHERE a.job_id = d.id RETURNING 1
+), hooks AS (
+    DELETE FROM webhook_deliveries w USING doomed d WHERE w.job_id = d.id RETURNING 1
+), gone AS (
+    DELETE FROM jobs j USING doomed d WHERE j.id = d.id RETURNING j.id, j.tenant_id
+), buried AS (
+    INSERT INTO job_tombstones (id, tenant_id, deleted_at)
+    SELECT id, tenant_id, {now} FROM gone WHERE $3
+    ON CONFLICT (id) DO NOTHING
+), tally AS (
+    SELECT (SELECT count(*) FROM gone) AS jobs,
+           (SELECT count(*) FROM gone) + (SELECT count(*) FROM events)
+           + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM hooks) AS removed
+), counted AS (
+    INSERT INTO metric_totals AS m (backend, provider, jobs_deleted, rows_deleted)
+    SELECT pg_backend_pid(), '', jobs, removed FROM tally WHERE jobs > 0
+    {add_to_totals}
+)
+SELECT jobs, removed FROM tally
+""".format(now=NOW.format("$1"), add_to_totals=add_to_totals("jobs_deleted", "rows_deleted"))
+
+# Tombstones older than $2 s go, $3 at a time ($1 now).
+PRUNE_TOMBSTONES = """
+DELETE FROM job_tombstones
+ WHERE id IN (SELECT id
+                FROM job_tombstones
+               WHERE deleted_at < {now} - make_interval(secs => $2)
+               ORDER BY deleted_at
+               LIMIT $3)
+""".format(now=NOW.format("$1"))
+
+# Is a deleted job's id remembered? Asked only when a job is not found: 410 rather than 404.
+# Another tenant's tombstone is not this caller's business ($2 NULL: the job's signed token).
+TOMBSTONE = """
+SELECT deleted_at FROM job_tombstones WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
+"""
+
+# Every column of metric_totals that is a counter.
+TOTALS_COLUMNS = (
+    "jobs_created", "jobs_accepted", "charged_usd", "attempts_started", "retries", "succeeded",
+    "failed", "unknown", "cancelled", "lost", "interrupted", "cost_usd", "cost_unknown",
+    "events_ended", "queue_wait_counts", "queue_wait_s", "run_counts", "run_s", "jobs_compacted",
+    "events_compacted", "jobs_deleted", "rows_deleted",
+)  # fmt: skip
+
+# The counters of backends that are gone move to backend 0, so that the table keeps a row per
+# live backend. A backend that reused a pid meanwhile may be writing its row: the DELETE waits
+# for its commit and folds what it wrote, and its next write makes a new row.
+FOLD_METRIC_TOTALS = """
+WITH gone AS (
+    DELETE FROM metric_totals t
+     WHERE t.backend <> 0
+       AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = t.backend)
+    RETURNING t.*
+)
+INSERT INTO metric_totals AS m (
+    backend, provider, jobs_created, jobs_accepted, charged_usd, attempts_started, retries,
+    succeeded, failed, unknown, cancelled, lost, interrupted, cost_usd, cost_unknown,
+    events_ended, queue_wait_counts, queue_wait_s, run_counts, run_s, jobs_compacted,
+    events_compacted, jobs_deleted, rows_deleted)
+SELECT 0, provider, sum(jobs_created), sum(jobs_accepted), sum(charged_usd),
+       sum(attempts_started), sum(retries), sum(succeeded), sum(failed), sum(unknown),
+       sum(cancelled), sum(lost), sum(interrupted), sum(cost_usd), sum(cost_unknown),
+       sum(events_ended), sum_counts(queue_wait_counts), sum(queue_wait_s),
+       sum_counts(run_counts), sum(run_s), sum(jobs_compacted), sum(events_compacted),
+       sum(jobs_deleted), sum(rows_deleted)
+  FROM gone
+ GROUP BY provider
+""" + add_to_totals(*TOTALS_COLUMNS)
 
 # --- money: reserve at create (INSERT_JOBS), charge once on success, release on any other end ---
 
@@ -902,3 +1210,29 @@ RETURNING id
 """
 
 TENANT_BY_KEY_HASH = "SELECT id FROM tenants WHERE api_key_hash = $1"
+
+# --- deleting a response (DELETE /v1/responses/{id}, jobs.delete_finished) ---
+
+# A finished job goes with every row that belongs to it (events, attempts, webhook rows, as in
+# DELETE_EXPIRED_JOBS); an unfinished one stays, as its worker still writes to it. The row is
+# locked first, as every writer of a job locks it, so a job cannot finish between the check and
+# the delete. Returns `finished` (true: deleted), or no row when the tenant has no such job.
+DELETE_FINISHED_JOB = """
+WITH job AS (
+    SELECT id, status IN ('succeeded', 'failed', 'cancelled', 'dead') AS finished
+      FROM jobs
+     WHERE id = $1 AND tenant_id = $2
+       FOR UPDATE
+), doomed AS (
+    SELECT id FROM job WHERE finished
+), events AS (
+    DELETE FROM job_events e USING doomed d WHERE e.job_id = d.id
+), attempts AS (
+    DELETE FROM job_attempts a USING doomed d WHERE a.job_id = d.id
+), hooks AS (
+    DELETE FROM webhook_deliveries w USING doomed d WHERE w.job_id = d.id
+), gone AS (
+    DELETE FROM jobs j USING doomed d WHERE j.id = d.id
+)
+SELECT finished FROM job
+"""

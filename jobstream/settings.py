@@ -7,11 +7,22 @@ bad value at once with a clear message instead of a traceback.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+# The names an enumerated setting may take: a misspelled one stops start-up, naming the nearest.
+PROVIDER_NAMES = ("simulated", "openai")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# JOBSTREAM_* variables read by something other than the server and worker (the CLI, the tests),
+# so that no warning calls them unknown.
+OTHER_NAMES = frozenset(
+    {"JOBSTREAM_URL", "JOBSTREAM_API_KEY", "JOBSTREAM_FUZZ_API_KEY", "JOBSTREAM_FUZZ_SEED",
+     "JOBSTREAM_TEST_SEED"}
+)  # fmt: skip
 
 
 class SettingsError(ValueError):
@@ -193,6 +204,13 @@ class Settings:
         "Reconnect delay the SSE `retry:` field asks for, ms.",
         minimum=0,
     )
+    sse_send_timeout_s: float = _setting(
+        "JOBSTREAM_SSE_SEND_TIMEOUT_S",
+        30.0,
+        "An SSE stream whose client has not taken a frame this many seconds after it was sent "
+        "ends (the client stopped reading; it resumes from its last event id when it wakes).",
+        minimum=0.1,
+    )
     hub_recheck_s: float = _setting(
         "JOBSTREAM_HUB_RECHECK_S",
         5.0,
@@ -307,9 +325,67 @@ class Settings:
         "Seconds between looks for due webhook deliveries.",
         minimum=0.01,
     )
+    retention_s: int = _setting(
+        "JOBSTREAM_RETENTION_S",
+        604_800,
+        "How long a job is kept after it ends, seconds, unless its create asked for another "
+        "retain_s (a tenant's max_retain_s caps both); then the janitor deletes the job, its "
+        "attempts, events and webhook rows. Give every worker the same value.",
+        minimum=1,
+    )
+    compact_after_s: float = _setting(
+        "JOBSTREAM_COMPACT_AFTER_S",
+        300.0,
+        "Seconds after a job ends before the janitor compacts its log (a reader that comes back "
+        "sooner replays it as written) and schedules its deletion; a job is never deleted sooner.",
+        minimum=0,
+    )
+    tombstone_s: int = _setting(
+        "JOBSTREAM_TOMBSTONE_S",
+        86_400,
+        "How long the id of a job deleted by retention answers 410 Gone, seconds (0: at once "
+        "404, as an id never seen).",
+        minimum=0,
+    )
+    janitor: bool = _setting(
+        "JOBSTREAM_JANITOR",
+        True,
+        "Run the janitor (retention, compaction) in this worker; one worker at a time does, "
+        "by an advisory lock, so it may be on in every worker.",
+    )
+    janitor_interval_s: float = _setting(
+        "JOBSTREAM_JANITOR_INTERVAL_S",
+        5.0,
+        "Seconds between the janitor's looks for work once it has none.",
+        minimum=0.01,
+    )
+    janitor_batch: int = _setting(
+        "JOBSTREAM_JANITOR_BATCH",
+        50,
+        "Jobs the janitor compacts or deletes per transaction (a batch of 50 jobs of 20 events "
+        "takes about 15 ms).",
+        minimum=1,
+    )
+    janitor_duty: float = _setting(
+        "JOBSTREAM_JANITOR_DUTY",
+        0.25,
+        "Share of its time the janitor works through a backlog, 0 to 1: after each batch it "
+        "pauses so that the claims and appends beside it keep their latency (1: no pause).",
+        minimum=0.01,
+    )
     log_level: str = _setting("JOBSTREAM_LOG_LEVEL", "info", "debug, info, warning or error.")
-    log_json: bool = _setting(
-        "JOBSTREAM_LOG_JSON", True, "JSON log lines (true) or a console renderer (false)."
+    log_json: bool | None = _setting(
+        "JOBSTREAM_LOG_JSON",
+        None,
+        "JSON log lines (true) or console lines (false). Unset: console lines when stderr is a "
+        "terminal, JSON otherwise. Colour only on a terminal.",
+    )
+    pg_port: int = _setting(
+        "JOBSTREAM_PG_PORT",
+        54329,
+        "Port of the embedded PostgreSQL that `make run` starts when DATABASE_URL is unset; the "
+        "same every run, so its URL is postgresql://postgres@127.0.0.1:54329/postgres.",
+        minimum=1,
     )
 
     def __post_init__(self) -> None:
@@ -327,10 +403,24 @@ class Settings:
                 "JOBSTREAM_DEFAULT_PROVIDER is simulated, which JOBSTREAM_SIMULATED=false switches "
                 "off: name another provider"
             )
-        if self.log_level not in {"debug", "info", "warning", "error"}:
-            problems.append(f"JOBSTREAM_LOG_LEVEL: unknown level {self.log_level!r}")
+        if self.janitor_duty > 1:
+            problems.append("JOBSTREAM_JANITOR_DUTY is a share of time: at most 1")
+        if self.log_level not in LOG_LEVELS:
+            problems.append(
+                f"JOBSTREAM_LOG_LEVEL={self.log_level!r}: {_one_of(self.log_level, LOG_LEVELS)}"
+            )
+        if self.default_provider not in PROVIDER_NAMES:
+            problems.append(
+                f"JOBSTREAM_DEFAULT_PROVIDER={self.default_provider!r}: "
+                + _one_of(self.default_provider, PROVIDER_NAMES)
+            )
         try:
-            parse_provider_limits(self.provider_concurrency)
+            for name in parse_provider_limits(self.provider_concurrency):
+                if name not in PROVIDER_NAMES:
+                    problems.append(
+                        f"JOBSTREAM_PROVIDER_CONCURRENCY names {name!r}: "
+                        + _one_of(name, PROVIDER_NAMES)
+                    )
         except ValueError as exc:
             problems.append(f"JOBSTREAM_PROVIDER_CONCURRENCY: {exc}")
         if self.database_url is not None and not self.database_url.startswith(
@@ -371,6 +461,23 @@ class Settings:
         return parse_provider_limits(self.provider_concurrency)
 
     @classmethod
+    def unknown_names(cls, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Each JOBSTREAM_* variable that no setting reads (a misspelling, most likely: it would
+        be ignored without a word), with a warning naming the nearest known name."""
+        env = os.environ if environ is None else environ
+        known = sorted({f.metadata["env"] for f in dataclasses.fields(cls)} | OTHER_NAMES)
+        warnings = {}
+        for name in sorted(env):
+            if name.startswith("JOBSTREAM_") and name not in known:
+                # Compared without the prefix that they all share, which would make any two alike.
+                tails = {k.removeprefix("JOBSTREAM_"): k for k in known}
+                tail = name.removeprefix("JOBSTREAM_")
+                nearest = difflib.get_close_matches(tail, list(tails), n=1, cutoff=0.6)
+                hint = f" (did you mean {tails[nearest[0]]}?)" if nearest else ""
+                warnings[name] = f"{name} is not a setting{hint}; it is ignored"
+        return warnings
+
+    @classmethod
     def for_process(cls, program: str) -> Settings | None:
         """Settings for `python -m server` / `python -m worker`: None (after one clear line on
         stderr) when they are invalid or name no database, so the caller exits with 2."""
@@ -379,6 +486,8 @@ class Settings:
         except SettingsError as exc:
             print(f"jobstream {program}: {exc}", file=sys.stderr)
             return None
+        for warning in cls.unknown_names().values():
+            print(f"jobstream {program}: warning: {warning}", file=sys.stderr)
         if settings.database_url is None:
             print(
                 f"jobstream {program}: DATABASE_URL is not set "
@@ -398,6 +507,12 @@ class Settings:
         for f in dataclasses.fields(cls):
             lines.append(f"{f.metadata['env']:<36} default {f.default!r:<28} {f.metadata['doc']}")
         return "\n".join(lines)
+
+
+def _one_of(value: str, allowed: tuple[str, ...]) -> str:
+    nearest = difflib.get_close_matches(value, allowed, n=1, cutoff=0.5)
+    hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
+    return f"must be one of {', '.join(allowed)}{hint}"
 
 
 def _parser_for(annotation: Any) -> Callable[[str], Any]:

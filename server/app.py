@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -23,6 +24,7 @@ from server import (
     health,
     jobs_api,
     metrics,
+    openapi,
     pages,
     problems,
 )
@@ -31,9 +33,13 @@ from server.runnable_notices import RunnableNotices
 from server.shutdown import Shutdown
 from server.state import AppState
 from server.stream_tokens import StreamTokens
+from server.v1 import api as v1_api
+from server.v1 import errors as v1_errors
 from worker.providers.registry import build_providers, close_providers
 
 log = structlog.get_logger(__name__)
+
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
@@ -91,13 +97,20 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
         Route("/healthz", health.healthz),
         Route("/readyz", health.readyz),
         Route("/metrics", metrics.metrics),
-        Route("/api/jobs", jobs_api.create_job, methods=["POST"]),
-        Route("/api/jobs", jobs_api.list_jobs, methods=["GET"]),
+        Route("/openapi.json", openapi.document),
+        _resource("/api/jobs", {"POST": jobs_api.create_job, "GET": jobs_api.list_jobs}),
         Route("/api/jobs/batch", batch_api.create_batch, methods=["POST"]),
         Route("/api/jobs/{job_id}", jobs_api.get_job, methods=["GET"]),
         Route("/api/jobs/{job_id}/cancel", jobs_api.cancel_job, methods=["POST"]),
-        Route("/api/jobs/{job_id}/events", events_api.follow_events, methods=["GET"]),
+        Route("/api/jobs/{job_id}/events", events_api.follow_events_app, methods=["GET"]),
         Route("/api/jobs/{job_id}/retry", jobs_api.retry_job, methods=["POST"]),
+        # The OpenAI Responses API subset of background mode, for the official SDKs.
+        Route("/v1/responses", v1_api.create_response, methods=["POST"]),
+        _resource(
+            "/v1/responses/{response_id}",
+            {"GET": v1_api.retrieve_response, "DELETE": v1_api.delete_response},
+        ),
+        Route("/v1/responses/{response_id}/cancel", v1_api.cancel_response, methods=["POST"]),
         Route("/", pages.index),
         Route("/jobs/{job_id}", pages.index),
         Mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static"),
@@ -105,16 +118,31 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={
-            problems.Problem: problems.handle_problem,
-            HTTPException: problems.handle_http_exception,
-            ClientDisconnect: problems.handle_client_gone,
-            **{kind: problems.handle_database_lost for kind in problems.DATABASE_LOST},
-            Exception: problems.handle_unexpected,
-        },
+        # Under /v1 the same answers take OpenAI's error shape.
+        exception_handlers=v1_errors.shaped(
+            {
+                problems.Problem: problems.handle_problem,
+                HTTPException: problems.handle_http_exception,
+                ClientDisconnect: problems.handle_client_gone,
+                **{kind: problems.handle_database_lost for kind in problems.DATABASE_LOST},
+                Exception: problems.handle_unexpected,
+            }
+        ),
     )
     app.state.shutdown = shutdown  # found by server.shutdown.DrainingServer
     return app
+
+
+def _resource(path: str, handlers: dict[str, Handler]) -> Route:
+    """One Route for a path with a handler per method. Two Routes for one path answered a method
+    neither takes with the first one's Allow header alone (`405`, `Allow: POST` on /api/jobs,
+    where GET is allowed too; RFC 9110 §15.5.6 wants every method named)."""
+
+    async def endpoint(request: Request) -> Response:
+        # Starlette answers HEAD wherever GET is allowed.
+        return await handlers["GET" if request.method == "HEAD" else request.method](request)
+
+    return Route(path, endpoint, methods=list(handlers))
 
 
 def _on_notifier_done(task: asyncio.Task[None]) -> None:

@@ -16,7 +16,7 @@ from jobstream import jobs
 from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound, RateLimited
 from jobstream.jobspec import JobSpec
 from jobstream.types import JOB_STATUSES
-from server import representation, validation
+from server import gone, representation, validation
 from server.auth import tenant_id
 from server.problems import Problem, not_found
 from server.responses import json_response
@@ -129,7 +129,7 @@ def reservation(request: Request, spec: JobSpec) -> Decimal:
         )  # fmt: skip
     request_view = ProviderRequest(
         prompt=spec.prompt, model=spec.model, max_tokens=spec.max_tokens, attempt=1,
-        simulate=spec.simulate,
+        simulate=spec.simulate, messages=spec.messages, instructions=spec.instructions,
     )  # fmt: skip
     return provider.estimate_cost(request_view, spec.max_tokens)
 
@@ -141,7 +141,7 @@ async def get_job(request: Request) -> Response:
     try:
         snap = await jobs.snapshot(app.pool, tenant, job_id)
     except JobNotFound:
-        raise not_found(f"No job {job_id}.") from None
+        raise await gone.missing(app, job_id, tenant) from None
     return json_response(representation.detail(snap, app.tokens))
 
 
@@ -193,7 +193,7 @@ async def cancel_job(request: Request) -> Response:
         job, changed = await jobs.cancel(app.pool, tenant, job_id, app.clock)
         snap = await jobs.snapshot(app.pool, tenant, job_id)
     except JobNotFound:
-        raise not_found(f"No job {job_id}.") from None
+        raise await gone.missing(app, job_id, tenant) from None
     if changed:
         log.info("job_cancel_requested", job_id=str(job_id), status=job["status"])
     finished = not changed and job["status"] not in ("cancelling",)
@@ -221,7 +221,7 @@ async def retry_job(request: Request) -> Response:
             )  # fmt: skip
         snap = await jobs.snapshot(app.pool, tenant, outcome.job["id"])
     except JobNotFound:
-        raise not_found(f"No job {job_id}.") from None
+        raise await gone.missing(app, job_id, tenant) from None
     except (BudgetExceeded, RateLimited) as exc:
         raise refusal_problem(exc) from exc
     payload = representation.detail(snap, app.tokens)

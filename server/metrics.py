@@ -1,13 +1,17 @@
-"""`GET /metrics`: Prometheus text, derived from PostgreSQL.
+"""`GET /metrics`: Prometheus text, read from PostgreSQL in a few indexed reads.
 
-Counters that several processes share (jobs, attempts, cost, events) are read from the tables at
-scrape time, so any server replica reports the same truth and a restart resets nothing. Only
-what is truly per process (open SSE streams) comes from memory.
+Counters that several processes share (jobs, attempts, cost, events, the janitor's work) are
+running totals the writing statements keep in metric_totals, in the transactions that change
+what they count (schema.sql says how): any server replica reports the same truth, a restart
+resets nothing, deleting history takes nothing off them, and a scrape reads a few hundred rows
+whatever the history. Gauges (queued, running, the oldest queued job, the janitor's lag) come
+from partial indexes: their cost follows the backlog, never the history. Only what is truly per
+process (open SSE streams, the hub) comes from memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 
 import asyncpg
@@ -23,12 +27,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from jobstream import queries
-from jobstream.types import JOB_STATUSES
+from jobstream.types import ACTIVE_STATUSES
 from server.hub import Hub
 from server.state import state
 
-# Seconds; LLM calls are long, so the buckets reach ten minutes.
-DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+# The histograms' bounds, seconds: those the writing statements count over.
+DURATION_BUCKETS = queries.DURATION_BUCKETS
+# Attempt outcomes as metric_totals counts them: every way an attempt ends.
+ENDED_OUTCOMES = ("succeeded", "failed", "unknown", "cancelled", "lost", "interrupted")
+# The statuses of jobs that are not finished, each counted through a partial index.
+LIVE_STATUSES = ("queued", *sorted(ACTIVE_STATUSES))
 
 
 class _Snapshot:
@@ -41,12 +49,19 @@ class _Snapshot:
         return self.families
 
 
-def _histogram(name: str, doc: str, row: asyncpg.Record) -> HistogramMetricFamily:
+def _histogram(
+    name: str, doc: str, counts: Sequence[int], total: int, sum_s: float
+) -> HistogramMetricFamily:
+    """`counts`: cumulative, one per bound of DURATION_BUCKETS; `total`: the +Inf count."""
     bounds = [str(b) for b in DURATION_BUCKETS] + ["+Inf"]
-    counts = [*row["buckets"], row["n"]]
     return HistogramMetricFamily(
-        name, doc, buckets=list(zip(bounds, counts, strict=True)), sum_value=float(row["total"])
+        name, doc, buckets=list(zip(bounds, [*counts, total], strict=True)), sum_value=sum_s
     )
+
+
+def _add(into: list[int], counts: Sequence[int] | None) -> None:
+    for i, n in enumerate(counts or ()):
+        into[i] += n
 
 
 def _hub_metrics(hub: Hub) -> list[Metric]:
@@ -70,32 +85,40 @@ def _hub_metrics(hub: Hub) -> list[Metric]:
     return [histogram, reads, cut_off]
 
 
-async def collect(pool: asyncpg.Pool, open_streams: int) -> list[Metric]:
+async def collect(pool: asyncpg.Pool, open_streams: int, compact_after_s: float) -> list[Metric]:
+    # One snapshot: a job that finishes meanwhile moves from the live events to the counted
+    # ones in one commit, and is seen on exactly one side.
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        by_status = {r["status"]: r["n"] for r in await conn.fetch(queries.METRICS_JOBS_BY_STATUS)}
-        attempts = await conn.fetch(queries.METRICS_ATTEMPTS)
-        accepted = await conn.fetchrow(queries.METRICS_ACCEPTED_COST)
-        queue = await conn.fetchrow(queries.METRICS_QUEUE)
-        events = await conn.fetchval(queries.METRICS_EVENTS)
+        totals = await conn.fetch(queries.METRICS_TOTALS)
+        live = {row["status"]: row for row in await conn.fetch(queries.METRICS_LIVE)}
+        running = await conn.fetch(queries.METRICS_ATTEMPTS_RUNNING)
         pauses = await conn.fetch(queries.METRICS_PROVIDER_PAUSES)
-        bounds = list(map(float, DURATION_BUCKETS))
-        queue_wait = await conn.fetchrow(queries.METRICS_QUEUE_WAIT, bounds)
-        run_duration = await conn.fetchrow(queries.METRICS_RUN_DURATION, bounds)
-    assert accepted is not None and queue is not None
-    assert queue_wait is not None and run_duration is not None
+        lag = await conn.fetchrow(queries.METRICS_JANITOR_LAG, compact_after_s)
+    assert lag is not None
+    providers = [row for row in totals if row["provider"] != ""]  # '' is the janitor's row
+
+    def total(column: str) -> int:
+        return sum(int(row[column]) for row in totals)
 
     created = CounterMetricFamily("jobstream_jobs_created", "Jobs created.")
-    created.add_metric([], sum(by_status.values()))
-    jobs = GaugeMetricFamily("jobstream_jobs", "Jobs by current status.", labels=["status"])
-    for status in JOB_STATUSES:
-        jobs.add_metric([status], by_status.get(status, 0))
+    created.add_metric([], total("jobs_created"))
+    jobs = GaugeMetricFamily(
+        "jobstream_jobs", "Jobs not finished, by status (finished ones: the counters).",
+        labels=["status"],
+    )  # fmt: skip
+    for status in LIVE_STATUSES:
+        jobs.add_metric([status], live[status]["n"] if status in live else 0)
+    accepted = total("jobs_accepted")
     accepted_total = CounterMetricFamily("jobstream_jobs_accepted", "Jobs with an accepted result.")
-    accepted_total.add_metric([], accepted["accepted"])
+    accepted_total.add_metric([], accepted)
 
     by_outcome = CounterMetricFamily(
-        "jobstream_attempts", "Provider attempts by provider and outcome.",
+        "jobstream_attempts", "Provider attempts that ended, by provider and outcome.",
         labels=["provider", "outcome"],
     )  # fmt: skip
+    under_way = GaugeMetricFamily(
+        "jobstream_attempts_running", "Provider attempts under way.", labels=["provider"]
+    )
     cost = CounterMetricFamily(
         "jobstream_provider_cost_usd", "Provider cost of all attempts (estimates included).",
         labels=["provider"],
@@ -104,49 +127,48 @@ async def collect(pool: asyncpg.Pool, open_streams: int) -> list[Metric]:
         "jobstream_unknown_outcomes", "Attempts whose outcome (and cost) is unknown.",
         labels=["provider"],
     )  # fmt: skip
+    all_cost = Decimal(0)
+    run_counts = [0] * len(DURATION_BUCKETS)
+    wait_counts = [0] * len(DURATION_BUCKETS)
+    runs = 0
+    for row in providers:
+        for outcome in ENDED_OUTCOMES:
+            by_outcome.add_metric([row["provider"], outcome], row[outcome])
+            runs += row[outcome]
+        cost.add_metric([row["provider"]], float(row["cost_usd"]))
+        unknown.add_metric([row["provider"]], row["unknown"])
+        all_cost += row["cost_usd"]
+        _add(run_counts, row["run_counts"])
+        _add(wait_counts, row["queue_wait_counts"])
+    for row in running:
+        under_way.add_metric([row["provider"]], row["n"])
     lost = CounterMetricFamily("jobstream_lease_expirations", "Attempts lost to an expired lease.")
+    lost.add_metric([], total("lost"))
+    started, retried = total("attempts_started"), total("retries")
     retries = CounterMetricFamily("jobstream_retries", "Attempts after the first.")
-    cost_by_provider: dict[str, Decimal] = {}
-    unknown_by_provider: dict[str, int] = {}
-    total_attempts = total_retries = total_lost = 0
-    for row in attempts:
-        by_outcome.add_metric([row["provider"], row["outcome"]], row["n"])
-        provider = row["provider"]
-        cost_by_provider[provider] = cost_by_provider.get(provider, Decimal(0)) + row["cost"]
-        unknown_by_provider[provider] = unknown_by_provider.get(provider, 0) + (
-            row["n"] if row["outcome"] == "unknown" else 0
-        )
-        total_attempts += row["n"]
-        total_retries += row["retries"]
-        total_lost += row["n"] if row["outcome"] == "lost" else 0
-    for provider, amount in cost_by_provider.items():
-        cost.add_metric([provider], float(amount))
-        unknown.add_metric([provider], unknown_by_provider[provider])
-    lost.add_metric([], total_lost)
-    retries.add_metric([], total_retries)
+    retries.add_metric([], retried)
     retry_rate = GaugeMetricFamily(
         "jobstream_retry_ratio", "Share of attempts that were retries (0..1)."
     )
-    retry_rate.add_metric([], total_retries / total_attempts if total_attempts else 0.0)
-
+    retry_rate.add_metric([], retried / started if started else 0.0)
     per_job = GaugeMetricFamily(
         "jobstream_cost_per_accepted_job_usd",
-        "Provider cost of accepted jobs (all their attempts) divided by their number.",
+        "Provider cost of every attempt (failed jobs' included) per accepted job.",
     )
-    per_job.add_metric(
-        [], float(accepted["provider_cost"]) / accepted["accepted"] if accepted["accepted"] else 0.0
-    )
+    per_job.add_metric([], float(all_cost) / accepted if accepted else 0.0)
     charged = CounterMetricFamily("jobstream_charged_usd", "What tenants were charged.")
-    charged.add_metric([], float(accepted["charged"]))
+    charged.add_metric([], float(sum((row["charged_usd"] for row in totals), Decimal(0))))
 
+    queued = live.get("queued")
     depth = GaugeMetricFamily("jobstream_queue_depth", "Queued jobs (retries waiting included).")
-    depth.add_metric([], queue["depth"])
+    depth.add_metric([], queued["n"] if queued else 0)
     oldest = GaugeMetricFamily(
         "jobstream_oldest_queued_age_seconds", "How long the oldest runnable job has waited."
     )
-    oldest.add_metric([], float(queue["oldest_age_s"]))
+    oldest.add_metric([], float(queued["oldest_age_s"]) if queued else 0.0)
     appended = CounterMetricFamily("jobstream_events_appended", "Events appended to job logs.")
-    appended.add_metric([], events)
+    # Finished logs were counted when they ended; the others' last_seq is what they hold so far.
+    appended.add_metric([], total("events_ended") + sum(row["events"] for row in live.values()))
     streams = GaugeMetricFamily("jobstream_open_streams", "Open SSE streams in this process.")
     streams.add_metric([], open_streams)
     paused = GaugeMetricFamily(
@@ -157,16 +179,47 @@ async def collect(pool: asyncpg.Pool, open_streams: int) -> list[Metric]:
     for row in pauses:
         paused.add_metric([row["provider"]], row["remaining_s"])
     return [
-        created, jobs, accepted_total, by_outcome, cost, unknown, lost, retries, retry_rate,
-        per_job, charged, depth, oldest, appended, streams, paused,
-        _histogram("jobstream_queue_wait_seconds", "Created to first attempt.", queue_wait),
-        _histogram("jobstream_run_duration_seconds", "Duration of attempts.", run_duration),
+        created, jobs, accepted_total, by_outcome, under_way, cost, unknown, lost, retries,
+        retry_rate, per_job, charged, depth, oldest, appended, streams, paused,
+        _histogram(
+            "jobstream_queue_wait_seconds", "Created to first attempt.", wait_counts,
+            started - retried, sum(float(row["queue_wait_s"]) for row in totals),
+        ),
+        _histogram(
+            "jobstream_run_duration_seconds", "Duration of attempts that ended.", run_counts,
+            runs, sum(float(row["run_s"]) for row in totals),
+        ),
+        *_janitor_metrics(total, lag),
     ]  # fmt: skip
+
+
+def _janitor_metrics(total: Callable[[str], int], lag: asyncpg.Record) -> list[Metric]:
+    """The janitor's progress (worker/janitor.py): what it removed, and how far behind it is."""
+    families: list[Metric] = []
+    for column, doc in (
+        ("jobs_compacted", "Finished jobs whose logs the janitor compacted."),
+        ("events_compacted", "Token events folded away by compaction."),
+        ("jobs_deleted", "Jobs deleted past their retention."),
+        ("rows_deleted", "Rows deleted with them: jobs, events, attempts, webhook deliveries."),
+    ):
+        family = CounterMetricFamily(f"jobstream_janitor_{column}", doc)
+        family.add_metric([], total(column))
+        families.append(family)
+    behind = GaugeMetricFamily(
+        "jobstream_janitor_lag_seconds",
+        "How long the oldest overdue job has waited for the janitor: to be settled (compacted, "
+        "JOBSTREAM_COMPACT_AFTER_S after its end) or deleted (past its retention).",
+        labels=["stage"],
+    )
+    behind.add_metric(["settle"], lag["settle_s"])
+    behind.add_metric(["delete"], lag["delete_s"])
+    families.append(behind)
+    return families
 
 
 async def metrics(request: Request) -> Response:
     app = state(request)
     registry = CollectorRegistry(auto_describe=False)
-    families = await collect(app.pool, app.open_streams) + _hub_metrics(app.hub)
-    registry.register(_Snapshot(families))
+    families = await collect(app.pool, app.open_streams, app.settings.compact_after_s)
+    registry.register(_Snapshot([*families, *_hub_metrics(app.hub)]))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -106,6 +106,11 @@ def detail(snap: Snapshot, tokens: StreamTokens) -> dict[str, Any]:
         "error": job["error"],
         "cancel_requested": job["cancel_requested_at"] is not None,
         "metadata": job["metadata"],
+        # Retention: what the create asked for (null: the deployment's), and when the job will
+        # be deleted, known once the janitor has settled it (JOBSTREAM_COMPACT_AFTER_S after
+        # its end). Then its id answers 410 for a while, and 404.
+        "retain_s": job["retain_s"],
+        "expires_at": _iso(job["expires_at"]),
         "attempt_history": [_attempt(a) for a in snap.attempts],
         **lineage(job),
         **links(job_id, tokens),

@@ -4,6 +4,13 @@ The caller subscribes before the first read, so an event committed in between ar
 path or both, and seq removes the duplicate. Whatever the hub hands over that does not follow
 the cursor exactly is treated as a wake-up and read from the table: the stream is correct even
 if a wake-up is lost or late, only slower.
+
+A log is gap-free as written; the janitor's compaction of a finished job (jobstream/retention.py)
+leaves gaps that the event after each one explains: a token event with `from_seq` stands for the
+events from `from_seq` to its own seq. A cursor just before such a range reads the compacted
+event like the events it replaced; a cursor inside one gets `resync` (the text before the
+cursor can no longer be told apart from the rest), as does a cursor before any gap that nothing
+explains (events pruned).
 """
 
 from __future__ import annotations
@@ -81,12 +88,23 @@ class Tail:
         return bool(batch) and batch[-1].type == "done" and not self.more
 
     def _take(self, page: list[Event]) -> list[Event]:
+        first = page[0]
+        # The first seq the event stands for: its own, or a compacted range's first.
+        start = first.data.get("from_seq", first.seq) if first.type == "token" else first.seq
+        if start <= self.cursor:
+            # Inside a compacted range: this reader has part of the folded text. It goes on
+            # after the range, once it has the snapshot.
+            head = self._resync(first.seq + 1, attempt=first.attempt, at=first.at)
+            rest = page[1:]
+            return [head, *self._advance(rest)] if rest else [head]
+        if start > self.cursor + 1:
+            # Nothing explains the gap: the events at the cursor were pruned.
+            head = self._resync(first.seq, attempt=first.attempt, at=first.at)
+            return [head, *self._advance(page)]
+        return self._advance(page)
+
+    def _advance(self, page: list[Event]) -> list[Event]:
         self._ended = page[-1].type == "done"
-        if page[0].seq > self.cursor + 1:
-            # The log is gap-free, so a gap at the cursor means the events were pruned.
-            head = self._resync(page[0].seq, attempt=page[0].attempt, at=page[0].at)
-            self.cursor = page[-1].seq
-            return [head, *page]
         self.cursor = page[-1].seq
         return page
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from jobstream.jobspec import JobSpec
+from jobstream.jobspec import DEFAULT_TIMEOUT_S, JobSpec, Message, prompt_of
 from server.problems import Problem
 from server.simulated_rules import SimulatedRules
 from worker import webhook_targets
@@ -15,10 +15,16 @@ from worker import webhook_targets
 PROVIDERS = ("simulated", "openai")
 METADATA_MAX_BYTES = 4096
 MAX_DELAY_S = 366 * 86_400  # a delayed job waits at most about a year
+MAX_RETAIN_S = 365 * 86_400  # retain_s: a job is kept at most a year after it ends
 # jsonb refuses U+0000 in any string; orjson reads 1,024 levels of nesting but writes only 254.
 NUL_MESSAGE = "must not contain U+0000 (NUL): PostgreSQL cannot store it"
 MAX_DEPTH = 64
 FAULT_KINDS = ("transient", "rate_limited", "permanent", "timeout", "drop")
+INPUT_MAX_CHARS = 200_000  # the prompt, or all messages' text together
+MAX_MESSAGES = 1000
+ROLES = ("system", "developer", "user", "assistant")
+# Content parts that carry text: chat completions' "text", the Responses API's input/output text.
+TEXT_PARTS = ("text", "input_text", "output_text")
 
 
 class _Fields:
@@ -141,10 +147,20 @@ def job_spec(
     known = {
         "prompt", "provider", "model", "max_tokens", "priority", "max_attempts",
         "retry_unknown", "timeout_s", "webhook_url", "metadata", "simulate", "run_at", "delay_s",
+        "messages", "instructions", "temperature", "top_p", "retain_s",
     }  # fmt: skip
     for name in sorted(set(body) - known):
         fields.error(name, "unknown field")
-    prompt = fields.string("prompt", None, lo=1, hi=200_000, required=True) or ""
+    messages = _messages(fields) if body.get("messages") is not None else None
+    if messages is None:
+        prompt = fields.string("prompt", None, lo=1, hi=INPUT_MAX_CHARS, required=True) or ""
+    else:
+        if body.get("prompt") is not None:
+            fields.error("prompt", "give prompt or messages, not both")
+        prompt = prompt_of(messages) if messages else ""
+    instructions = fields.string("instructions", None, lo=1, hi=INPUT_MAX_CHARS)
+    temperature = _optional_number(fields, "temperature", lo=0, hi=2)
+    top_p = _optional_number(fields, "top_p", lo=0, hi=1)
     provider = fields.string("provider", default_provider, lo=1, hi=64) or default_provider
     if provider not in PROVIDERS:
         fields.error("provider", f"must be one of {', '.join(PROVIDERS)}")
@@ -153,7 +169,7 @@ def job_spec(
     priority = fields.integer("priority", 0, lo=-10, hi=10)
     max_attempts = fields.integer("max_attempts", 3, lo=1, hi=10)
     retry_unknown = fields.boolean("retry_unknown", False)
-    timeout_s = fields.number("timeout_s", 90.0, lo=1, hi=3600)
+    timeout_s = fields.number("timeout_s", DEFAULT_TIMEOUT_S, lo=1, hi=3600)
     webhook_url = fields.string("webhook_url", None, lo=1, hi=2000)
     if webhook_url is not None and not webhook_url.startswith(("http://", "https://")):
         fields.error("webhook_url", "must be an http:// or https:// URL")
@@ -178,6 +194,9 @@ def job_spec(
         delay_s = fields.number("delay_s", 0.0, lo=0, hi=MAX_DELAY_S)
         if run_at is not None:
             fields.error("delay_s", "give run_at or delay_s, not both")
+    retain_s = None
+    if body.get("retain_s") is not None:
+        retain_s = fields.integer("retain_s", 1, lo=1, hi=MAX_RETAIN_S)
     if fields.errors:
         raise Problem(
             422,
@@ -200,7 +219,79 @@ def job_spec(
         simulate=simulate,
         run_at=run_at,
         delay_s=delay_s,
+        messages=messages,
+        instructions=instructions,
+        temperature=temperature,
+        top_p=top_p,
+        retain_s=retain_s,
     )
+
+
+def _optional_number(fields: _Fields, name: str, *, lo: float, hi: float) -> float | None:
+    if fields.body.get(name) is None:
+        return None
+    return fields.number(name, 0.0, lo=lo, hi=hi)
+
+
+def _messages(fields: _Fields) -> list[Message]:
+    """`messages` as stored: each a role and its text, parts of text joined.
+
+    Content is a string or a list of text parts (`{"type": "text", "text": ...}`, or the
+    Responses API's `input_text`/`output_text`); other parts (images, files) are refused, as is
+    more text than a prompt may hold.
+    """
+    raw = fields.body["messages"]
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_MESSAGES:
+        fields.error("messages", f"must be a list of 1 to {MAX_MESSAGES} messages")
+        return []
+    messages: list[Message] = []
+    for i, item in enumerate(raw):
+        name = f"messages[{i}]"
+        if not isinstance(item, dict):
+            fields.error(name, "must be an object with role and content")
+            continue
+        # `type: message` is how the Responses API spells a message item; nothing else is one.
+        for key in sorted(set(item) - {"role", "content", "type"}):
+            fields.error(f"{name}.{key}", "unknown field")
+        if item.get("type", "message") != "message":
+            fields.error(f"{name}.type", "only messages are supported")
+        role = item.get("role")
+        if role not in ROLES:
+            fields.error(f"{name}.role", f"must be one of {', '.join(ROLES)}")
+        text = _content_text(fields, f"{name}.content", item.get("content"))
+        if text is not None and isinstance(role, str):
+            messages.append({"role": role, "content": text})
+    total = sum(len(m["content"]) for m in messages)
+    if total > INPUT_MAX_CHARS:
+        fields.error("messages", f"must hold at most {INPUT_MAX_CHARS:,} characters of text")
+    return messages
+
+
+def _content_text(fields: _Fields, name: str, content: object) -> str | None:
+    if isinstance(content, list):
+        parts = [_part_text(fields, f"{name}[{j}]", part) for j, part in enumerate(content)]
+        texts = [text for text in parts if text is not None]
+        if len(texts) < len(parts):
+            return None
+        content = "".join(texts)
+    if not isinstance(content, str) or not content:
+        fields.error(name, "must be a non-empty string or a list of text parts")
+        return None
+    if "\x00" in content:
+        fields.error(name, NUL_MESSAGE)
+        return None
+    return content
+
+
+def _part_text(fields: _Fields, name: str, part: object) -> str | None:
+    if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS:
+        fields.error(name, f"must be a text part (type {', '.join(TEXT_PARTS)})")
+        return None
+    text = part.get("text")
+    if not isinstance(text, str):
+        fields.error(f"{name}.text", "must be a string")
+        return None
+    return text
 
 
 def _run_at(fields: _Fields) -> datetime | None:

@@ -17,6 +17,7 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 import structlog
@@ -26,6 +27,7 @@ from jobstream.attempts import Claimed
 from jobstream.clock import Clock, DatabaseClock
 from jobstream.listener import Listener
 from jobstream.settings import Settings
+from worker import janitor as janitors
 from worker.attempt import AttemptResult, AttemptRunner
 from worker.completions import Completions
 from worker.lease import Leases
@@ -73,6 +75,7 @@ class Worker:
         self._running: dict[tuple[uuid.UUID, int], Running] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._stop_now = asyncio.Event()  # a second stop: no grace period
         self._idle = asyncio.Event()
         self._idle.set()
         self._next_reap_at = 0.0  # loop time of the next look for expired leases
@@ -115,6 +118,12 @@ class Worker:
         self._stopping.set()
         self._wake.set()
 
+    def stop_now(self) -> None:
+        """Stop at once: running attempts are handed back without waiting out their grace
+        period (a second Ctrl-C). Safe to call from a signal handler."""
+        self._stop_now.set()
+        self.stop()
+
     # --- the loop ---
 
     async def run(self) -> None:
@@ -144,6 +153,9 @@ class Worker:
             sender = WebhookSender(self._pool, self._settings, clock=self._clock, rng=self._rng)
             webhooks = asyncio.create_task(sender.run(), name=f"webhooks:{self.worker_id}")
             webhooks.add_done_callback(self._on_webhooks_done)
+            cleaner = janitors.Janitor(self._pool, self._settings, clock=self._clock)
+            janitor = asyncio.create_task(cleaner.run(), name=f"janitor:{self.worker_id}")
+            janitor.add_done_callback(janitors.watch)
             log.info(
                 "worker_started",
                 providers=sorted(self._providers),
@@ -165,8 +177,15 @@ class Worker:
                 listener.cancel()
                 # An interrupted delivery stays claimed until its hold runs out, then is retried.
                 webhooks.cancel()
+                janitor.cancel()  # a batch under way rolls back; the next janitor redoes it
                 await asyncio.gather(
-                    writer, token_writer, renewals, listener, webhooks, return_exceptions=True
+                    writer,
+                    token_writer,
+                    renewals,
+                    listener,
+                    webhooks,
+                    janitor,
+                    return_exceptions=True,
                 )
                 if self._owns_pool:
                     await self._pool.close()
@@ -311,7 +330,7 @@ class Worker:
             return
         log.info("worker_draining", running=len(running), grace_s=grace_s)
         if grace_s > 0:
-            await asyncio.wait([r.task for r in running], timeout=grace_s)
+            await self._grace([r.task for r in running], grace_s)
         left = [r for r in running if not r.task.done()]
         if not left:
             return
@@ -327,6 +346,21 @@ class Worker:
         settling = [r.runner.settling for r in left if r.runner.settling is not None]
         if settling:
             await asyncio.wait(settling, timeout=HAND_BACK_TIMEOUT_S)
+
+    async def _grace(self, tasks: list[asyncio.Task[None]], grace_s: float) -> None:
+        """Wait until the tasks end, the grace period passes or stop_now() is called."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        now = asyncio.create_task(self._stop_now.wait(), name=f"stop-now:{self.worker_id}")
+        pending: set[asyncio.Future[Any]] = set(tasks)
+        try:
+            while pending and not now.done() and loop.time() < deadline:
+                _, pending = await asyncio.wait(
+                    pending | {now}, timeout=deadline - loop.time(), return_when="FIRST_COMPLETED"
+                )
+                pending.discard(now)
+        finally:
+            now.cancel()
 
     # --- wake-ups from the listener ---
 

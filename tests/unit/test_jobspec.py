@@ -8,12 +8,13 @@ from datetime import UTC, datetime
 
 import orjson
 
-from jobstream.jobspec import JobSpec
+from jobstream.jobspec import DEFAULT_TIMEOUT_S, AttemptSpec, JobSpec
 
 
 def version_1_hash(spec: JobSpec) -> str:
     """How version 1 hashed a request: every field it had, keys sorted."""
-    fields = {k: v for k, v in asdict(spec).items() if k not in ("run_at", "delay_s")}
+    since = ("run_at", "delay_s", "messages", "instructions", "temperature", "top_p", "retain_s")
+    fields = {k: v for k, v in asdict(spec).items() if k not in since}
     return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -27,3 +28,13 @@ def test_the_new_fields_count_when_set() -> None:
     later = JobSpec(prompt="p", provider="simulated", run_at=datetime(2030, 1, 1, tzinfo=UTC))
     delayed = JobSpec(prompt="p", provider="simulated", delay_s=5.0)
     assert len({plain.request_hash(), later.request_hash(), delayed.request_hash()}) == 3
+    talked = JobSpec(prompt="p", provider="simulated", messages=[{"role": "user", "content": "p"}])
+    told = JobSpec(prompt="p", provider="simulated", instructions="be brief", top_p=0.5)
+    assert len({plain.request_hash(), talked.request_hash(), told.request_hash()}) == 3
+
+
+def test_an_attempt_may_run_for_minutes_by_default() -> None:
+    # Regression (issue 13): 90 s cut reasoning models off as an unknown outcome, no retry.
+    spec = JobSpec(prompt="p", provider="openai")
+    assert spec.timeout_s == DEFAULT_TIMEOUT_S >= 20 * 60
+    assert AttemptSpec.from_payload({"prompt": "p"}).timeout_s == DEFAULT_TIMEOUT_S

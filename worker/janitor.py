@@ -1,0 +1,137 @@
+"""The janitor: retention, compaction and the metric counters' upkeep, run by workers.
+
+Every worker runs one (unless JOBSTREAM_JANITOR is off); a session advisory lock lets one at a
+time do a round, and the others find it taken and wait for their next look. The lock goes with
+its connection, so a janitor that dies mid-round frees it for the next one.
+
+A round works in batches (jobstream/retention.py), each its own short transaction on finished
+jobs only, alternating between settling (compacting) and deleting until neither finds a full
+batch; then it prunes old tombstones and folds the counter rows of backends that are gone. Its
+progress is in /metrics (jobs and rows compacted and deleted, and how far it is behind).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+
+import asyncpg
+import structlog
+
+from jobstream import db, queries, retention
+from jobstream.clock import Clock, DatabaseClock
+from jobstream.db import Conn
+from jobstream.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+LOCK_ID = 0x6A616E69  # "jani"
+
+
+@dataclass
+class Round:
+    """What one round did."""
+
+    settled: int = 0
+    compacted_rows: int = 0
+    deleted: int = 0
+    deleted_rows: int = 0
+    tombstones_pruned: int = 0
+    counters_folded: int = 0
+
+    @property
+    def worked(self) -> bool:
+        return any(vars(self).values())
+
+
+class Janitor:
+    def __init__(self, pool: asyncpg.Pool, settings: Settings, *, clock: Clock | None = None):
+        self._pool = pool
+        self._settings = settings
+        self._clock: Clock = clock or DatabaseClock()
+
+    async def run(self) -> None:
+        """Rounds until cancelled; a failed round is logged and the next one tries again."""
+        if not self._settings.janitor:
+            return
+        while True:
+            # A look only after the first interval: a worker starting up has other work first.
+            await asyncio.sleep(self._settings.janitor_interval_s)
+            try:
+                done = await self.run_round()
+            except db.DISCONNECTS as exc:
+                log.warning("database_unreachable", error=str(exc) or type(exc).__name__)
+                continue
+            except Exception:
+                log.exception("janitor_round_failed")
+                continue
+            if done is not None and done.worked:
+                log.info("janitor_round", **vars(done))
+
+    async def run_round(self) -> Round | None:
+        """One round of work, or None when another janitor holds the lock."""
+        async with self._pool.acquire() as conn:
+            if not await conn.fetchval(queries.TRY_LOCK, LOCK_ID):
+                return None
+            try:
+                await conn.execute(queries.JANITOR_SESSION)
+                return await self._work(conn)
+            finally:
+                # A broken connection has freed the lock with its session; and the pool's reset
+                # of a connection it gets back unlocks every advisory lock anyway.
+                with contextlib.suppress(*db.DISCONNECTS):
+                    await conn.execute(queries.UNLOCK, LOCK_ID)
+
+    async def _work(self, conn: Conn) -> Round:
+        s = self._settings
+        done = Round()
+        settling = deleting = True
+        # Alternate, so that a backlog of either never starves the other.
+        while settling or deleting:
+            if settling:
+                started = time.monotonic()
+                batch = await retention.settle(
+                    conn,
+                    self._clock,
+                    compact_after_s=s.compact_after_s,
+                    retention_s=s.retention_s,
+                    limit=s.janitor_batch,
+                )
+                done.settled += batch.jobs
+                done.compacted_rows += batch.rows
+                settling = batch.jobs == s.janitor_batch
+                await pace(time.monotonic() - started, s.janitor_duty)
+            if deleting:
+                started = time.monotonic()
+                batch = await retention.delete_expired(
+                    conn, self._clock, limit=s.janitor_batch, tombstones=s.tombstone_s > 0
+                )
+                done.deleted += batch.jobs
+                done.deleted_rows += batch.rows
+                deleting = batch.jobs == s.janitor_batch
+                await pace(time.monotonic() - started, s.janitor_duty)
+        while True:
+            pruned = await retention.prune_tombstones(
+                conn, self._clock, keep_s=s.tombstone_s, limit=s.janitor_batch
+            )
+            done.tombstones_pruned += pruned
+            if pruned < s.janitor_batch:
+                break
+        done.counters_folded = await retention.fold_counters(conn)
+        return done
+
+
+async def pace(worked_s: float, duty: float) -> None:
+    """After a batch that took `worked_s`, rest so that work is `duty` of the time: a backlog
+    (after an upgrade, a long outage) is worked off beside the hot path, not ahead of it."""
+    if duty < 1:
+        await asyncio.sleep(worked_s * (1 - duty) / duty)
+
+
+def watch(task: asyncio.Task[None]) -> None:
+    """The worker's done-callback for its janitor task: a janitor that stops on its own is a bug
+    to see in the logs; jobs still run without it, so the worker goes on."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("janitor_died", exc_info=task.exception())
