@@ -198,7 +198,9 @@ def _stop_children(children: dict[str, subprocess.Popen[bytes]], stop: Stop, gra
     alive = {name: c for name, c in children.items() if c.poll() is None}
     for child in alive.values():
         child.send_signal(signal.SIGTERM)
-    forced = stop.requests > 1
+    # Not `stop.requests > 1`: a second Ctrl-C that came before this call (while the message
+    # above was printed) must still reach the children as their SIGINT.
+    forced = False
     deadline = time.monotonic() + grace + STOP_MARGIN_S
     while any(c.poll() is None for c in alive.values()):
         if stop.requests > 1 and not forced:
