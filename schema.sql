@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS tenants (
 INSERT INTO tenants (id, name) VALUES ('default', 'Default tenant') ON CONFLICT (id) DO NOTHING;
 
 -- A tenant's money, in 16 shards per tenant. A job always books on the shard its id picks
--- (jobstream/queries.py, LEDGER_SHARD), so its reservation, release and charge meet the same row
+-- (jobstream/sql/ledger.sql), so its reservation, release and charge meet the same row
 -- and no shard goes negative. A single row per tenant serialised every create and every
 -- completion of a tenant behind one row lock held until commit (about 600 commits/s here).
 CREATE TABLE IF NOT EXISTS tenant_ledger (
@@ -115,7 +115,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 -- The claim's index. Its leading columns name a queue, (tenant, provider, priority): the claim
 -- skips from queue to queue, then reads each queue's head as a range bounded by run_after <= now.
 -- Both cost the same with 100 or 100,000 jobs queued, and a delayed job is never read before its
--- time (CLAIM_JOBS in jobstream/queries.py).
+-- time (CLAIM_JOBS in jobstream/sql/claiming.sql).
 CREATE INDEX IF NOT EXISTS jobs_runnable_idx
     ON jobs (tenant_id, provider, priority, run_after, created_at)
     WHERE status = 'queued';
@@ -180,7 +180,7 @@ CREATE TABLE IF NOT EXISTS job_events (
 );
 
 -- Provider-wide coordination across every worker: claims for a provider with a concurrency
--- limit lock its row (jobstream/queries.py, LOCK_PROVIDERS), and a 429 pauses it.
+-- limit lock its row (LOCK_PROVIDERS in jobstream/sql/claiming.sql), and a 429 pauses it.
 CREATE TABLE IF NOT EXISTS provider_state (
     provider     text PRIMARY KEY,
     paused_until timestamptz,
@@ -267,7 +267,7 @@ CREATE TABLE IF NOT EXISTS metric_totals (
 WITH (fillfactor = 10);
 
 -- Element-wise sum of two histograms' counts; NULL stands for none. Not for the hot statements,
--- which add their few counts in plain expressions (jobstream/queries.py, add_to_totals).
+-- which add their few counts in plain expressions (jobstream/sql/metrics.sql).
 CREATE OR REPLACE FUNCTION add_counts(a bigint[], b bigint[]) RETURNS bigint[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT coalesce(array_agg(coalesce(x, 0) + coalesce(y, 0) ORDER BY i), a)

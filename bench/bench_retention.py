@@ -43,13 +43,15 @@ import httpx
 from bench import queue_common as common
 from bench.postgres import durable_postgres
 from bench.queue_common import Latency
-from jobstream import attempts, db, jobs, migrations, queries, retention
+from jobstream import attempts, db, jobs, migrations, retention
 from jobstream.attempts import Claimed, Success
 from jobstream.clock import DatabaseClock
 from jobstream.embedded_pg import free_port
 from jobstream.jobs import NewJob
 from jobstream.jobspec import JobSpec
 from jobstream.settings import Settings
+from jobstream.sql import queries
+from jobstream.types import DURATION_BUCKETS
 from jobstream.usage import Usage
 from worker import janitor as janitors
 
@@ -235,14 +237,26 @@ SELECT j.id, s, CASE WHEN s = 1 THEN 0 ELSE 1 END,
   FROM (SELECT id, last_seq, finished_at FROM jobs ORDER BY finished_at) AS j,
        generate_series(1, j.last_seq) AS s
 """
+
+
+def _histogram(seconds: str) -> str:
+    """SQL: the cumulative counts of rows whose duration is `seconds`, as the writers count them
+    (one per bound of DURATION_BUCKETS, jobstream/sql/metrics.sql)."""
+    return (
+        "ARRAY["
+        + ", ".join(f"count(*) FILTER (WHERE {seconds} <= {b})" for b in DURATION_BUCKETS)
+        + "]"
+    )
+
+
 # The counters as the writers would have left them, on the folded row.
 SEED_TOTALS = f"""
 INSERT INTO metric_totals (backend, provider, jobs_created, jobs_accepted, charged_usd,
                            attempts_started, succeeded, cost_usd, events_ended,
                            queue_wait_counts, queue_wait_s, run_counts, run_s)
 SELECT 0, provider, count(*), count(*), sum(charged_usd), count(*), count(*), sum(charged_usd),
-       sum(last_seq), {queries.histogram("5.0")}, 5.0 * count(*),
-       {queries.histogram("25.0")}, 25.0 * count(*)
+       sum(last_seq), {_histogram("5.0")}, 5.0 * count(*),
+       {_histogram("25.0")}, 25.0 * count(*)
   FROM jobs
  WHERE status = 'succeeded'
  GROUP BY provider

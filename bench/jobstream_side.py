@@ -15,10 +15,11 @@ import httpx
 from bench import http_load
 from bench import queue_common as common
 from bench.queue_common import Drained, Enqueued, Latency, Snapshot, Steady
-from jobstream import attempts, db, jobs, migrations, queries
+from jobstream import attempts, db, jobs, migrations
 from jobstream.clock import DatabaseClock
 from jobstream.embedded_pg import free_port
 from jobstream.jobspec import JobSpec
+from jobstream.sql import queries
 
 DATABASE = "queue_bench_jobstream"
 TENANT = "default"

@@ -15,12 +15,13 @@ from typing import Any, Literal
 import asyncpg
 import structlog
 
-from jobstream import events, ledger, outbox, queries
+from jobstream import events, ledger, outbox
 from jobstream.clock import Clock
 from jobstream.db import Conn
 from jobstream.errors import Fenced
 from jobstream.events import NewEvent
 from jobstream.jobspec import AttemptSpec
+from jobstream.sql import queries
 from jobstream.types import AttemptOutcome
 from jobstream.usage import Usage
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Protocol
 
 
@@ -16,17 +16,3 @@ class DatabaseClock:
 
     def now(self) -> datetime | None:
         return None
-
-
-class ManualClock:
-    """A clock that moves only when a test moves it."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self._now = start or datetime.now(UTC)
-
-    def now(self) -> datetime:
-        return self._now
-
-    def advance(self, seconds: float) -> datetime:
-        self._now += timedelta(seconds=seconds)
-        return self._now

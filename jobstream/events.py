@@ -10,9 +10,10 @@ from typing import Any
 
 import orjson
 
-from jobstream import queries, sse
+from jobstream import sse
 from jobstream.db import Conn, Queryable
 from jobstream.errors import Fenced
+from jobstream.sql import queries
 from jobstream.types import EventType
 
 # A single read returns at most this many events; readers page on with the cursor.

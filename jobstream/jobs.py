@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from jobstream import events, ledger, outbox, queries
+from jobstream import events, ledger, outbox
 from jobstream.clock import Clock
 from jobstream.db import Conn, Queryable
 from jobstream.errors import (
@@ -23,6 +23,7 @@ from jobstream.errors import (
 )
 from jobstream.events import NewEvent
 from jobstream.jobspec import JobSpec
+from jobstream.sql import queries
 
 # Rows leave the repository as plain dicts, so callers may adjust and serialise them freely.
 Job = dict[str, Any]

@@ -11,8 +11,8 @@ from __future__ import annotations
 import uuid
 from decimal import Decimal
 
-from jobstream import queries
 from jobstream.db import Conn
+from jobstream.sql import queries
 
 
 async def charge(conn: Conn, job_id: uuid.UUID, price: Decimal) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 import asyncpg
 import structlog
 
-from jobstream import db, queries
+from jobstream import db
+from jobstream.sql import queries
 
 log = structlog.get_logger(__name__)
 

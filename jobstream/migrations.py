@@ -17,9 +17,9 @@ from pathlib import Path
 import asyncpg
 import structlog
 
-from jobstream import queries
 from jobstream.db import Conn
 from jobstream.errors import JobstreamError
+from jobstream.sql import queries
 
 log = structlog.get_logger(__name__)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import uuid
 
-from jobstream import queries
 from jobstream.db import Conn
+from jobstream.sql import queries
 
 
 async def record_end(conn: Conn, job_id: uuid.UUID) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from jobstream import queries
 from jobstream.clock import Clock
 from jobstream.db import Queryable
+from jobstream.sql import queries
 
 
 async def pause(conn: Queryable, provider: str, seconds: float, clock: Clock) -> datetime:

@@ -15,9 +15,9 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobstream import queries
 from jobstream.clock import Clock
 from jobstream.db import Conn, Queryable
+from jobstream.sql import queries
 
 # Most characters one compacted event holds: a 100,000-token job (about 400 KB of text) reads
 # back as seven events instead of thousands, and no single event is a large row to send.

@@ -17,10 +17,11 @@ import sys
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 
-from jobstream import db, logs, migrations, queries
+from jobstream import db, logs, migrations
 from jobstream.db import Queryable
 from jobstream.errors import JobstreamError
 from jobstream.settings import Settings, SettingsError
+from jobstream.sql import queries
 
 KEY_PREFIX = "js_"  # recognisable in a config file or a secret scanner
 MAX_KEY_LENGTH = 200  # longer is not one of ours: refused before hashing

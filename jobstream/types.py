@@ -1,4 +1,5 @@
-"""The closed vocabularies of the data model: statuses, outcomes, event and error kinds."""
+"""The closed vocabularies of the data model: statuses, outcomes, event and error kinds, and the
+histograms' bounds."""
 
 from __future__ import annotations
 
@@ -7,8 +8,16 @@ from typing import Final, Literal, get_args
 JobStatus = Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled", "dead"]
 JOB_STATUSES: Final[tuple[JobStatus, ...]] = get_args(JobStatus)
 TERMINAL_STATUSES: Final[frozenset[str]] = frozenset({"succeeded", "failed", "cancelled", "dead"})
-# A job an attempt holds: it has a run_token and a lease.
+# A job an attempt holds: it has a run_token and a lease. The SQL spells this and
+# TERMINAL_STATUSES out as `status IN (...)` lists (tests/unit/test_sql_literals.py checks them).
 ACTIVE_STATUSES: Final[frozenset[str]] = frozenset({"running", "cancelling"})
+
+# The duration histograms' bounds, seconds: metric_totals' *_counts arrays hold one cumulative
+# count per bound, the statements that count spell them out (jobstream/sql/metrics.sql), and
+# /metrics renders them. LLM calls are long, so the histograms reach ten minutes.
+DURATION_BUCKETS: Final[tuple[float, ...]] = (
+    0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+)  # fmt: skip
 
 AttemptOutcome = Literal[
     "running", "succeeded", "failed", "unknown", "cancelled", "lost", "interrupted"

@@ -13,8 +13,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from jobstream import queries, sse
+from jobstream import sse
 from jobstream.events import Event
+from jobstream.sql import queries
 from jobstream.types import TERMINAL_STATUSES
 from server import gone, validation
 from server.auth import tenant_id

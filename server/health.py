@@ -7,7 +7,7 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jobstream import queries
+from jobstream.sql import queries
 from server.problems import Problem
 from server.responses import json_response
 from server.state import state

@@ -21,8 +21,9 @@ from typing import Any
 import asyncpg
 import structlog
 
-from jobstream import db, events, queries
+from jobstream import channels, db, events
 from jobstream.listener import Listener
+from jobstream.sql import queries
 from server.flag import Stop
 from server.lag import LagHistogram
 from server.subscription import CloseReason, Subscription
@@ -73,7 +74,7 @@ class Hub:
         self.stopping = asyncio.Event()
         self.listener = Listener(
             database_url,
-            {queries.CHANNEL_EVENTS: self._notified},
+            {channels.CHANNEL_EVENTS: self._notified},
             on_connect=self._recheck_now.set,
             name=application_name,
             probe_interval_s=probe_s,

@@ -26,13 +26,11 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jobstream import queries
-from jobstream.types import ACTIVE_STATUSES
+from jobstream.sql import queries
+from jobstream.types import ACTIVE_STATUSES, DURATION_BUCKETS
 from server.hub import Hub
 from server.state import state
 
-# The histograms' bounds, seconds: those the writing statements count over.
-DURATION_BUCKETS = queries.DURATION_BUCKETS
 # Attempt outcomes as metric_totals counts them: every way an attempt ends.
 ENDED_OUTCOMES = ("succeeded", "failed", "unknown", "cancelled", "lost", "interrupted")
 # The statuses of jobs that are not finished, each counted through a partial index.

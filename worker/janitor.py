@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import asyncpg
 import structlog
 
-from jobstream import db, queries, retention
+from jobstream import db, retention
 from jobstream.clock import Clock, DatabaseClock
 from jobstream.db import Conn
 from jobstream.settings import Settings
+from jobstream.sql import queries
 
 log = structlog.get_logger(__name__)
 

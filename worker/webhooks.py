@@ -8,8 +8,8 @@ at once. Delivery is at least once: receivers dedupe on `webhook-id`, which stay
 retries.
 
 A claim holds its row for the try's deadline plus a margin; every mark of the outcome is fenced
-on the claim (jobstream/queries.py), so a sender that outlived its hold records nothing over the
-claim that took the row after it.
+on the claim (jobstream/sql/webhooks.sql), so a sender that outlived its hold records nothing over
+the claim that took the row after it.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ import httpx
 import orjson
 import structlog
 
-from jobstream import db, queries
+from jobstream import db
 from jobstream.clock import Clock
 from jobstream.settings import Settings
+from jobstream.sql import queries
 from worker import signatures, webhook_targets
 from worker.retry import Backoff
 

@@ -22,7 +22,7 @@ from typing import Any
 import asyncpg
 import structlog
 
-from jobstream import attempts, db, queries
+from jobstream import attempts, channels, db
 from jobstream.attempts import Claimed
 from jobstream.clock import Clock, DatabaseClock
 from jobstream.listener import Listener
@@ -76,8 +76,6 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._stop_now = asyncio.Event()  # a second stop: no grace period
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._next_reap_at = 0.0  # loop time of the next look for expired leases
         self._claiming = 0  # slots that claims under way may fill
         self._completions: Completions | None = None  # the successes' writer, while running
@@ -85,7 +83,7 @@ class Worker:
         self._token_writes: TokenWrites | None = None  # the streams' token writer, while running
         self._listener = Listener(
             self._url,
-            {queries.CHANNEL_JOBS: self._on_runnable, queries.CHANNEL_CANCEL: self._on_cancel},
+            {channels.CHANNEL_JOBS: self._on_runnable, channels.CHANNEL_CANCEL: self._on_cancel},
             on_connect=self._on_listener_connect,
             name=f"jobstream-worker-listener:{self.worker_id}",
         )
@@ -102,10 +100,6 @@ class Worker:
     def listening(self) -> asyncio.Event:
         """Set while the LISTEN connection is up."""
         return self._listener.connected
-
-    async def wait_idle(self) -> None:
-        """Return once no attempt is running."""
-        await self._idle.wait()
 
     def wake(self) -> None:
         """Run a claim round now (a job may have become runnable)."""
@@ -309,7 +303,6 @@ class Worker:
             context=context,
         )
         self._running[key] = Running(runner, task)
-        self._idle.clear()
 
     async def _run_attempt(self, key: tuple[uuid.UUID, int], runner: AttemptRunner) -> None:
         try:
@@ -320,8 +313,6 @@ class Worker:
             log.exception("attempt_crashed")
         finally:
             del self._running[key]
-            if not self._running:
-                self._idle.set()
             self._wake.set()  # a slot is free
 
     async def _drain(self, grace_s: float) -> None:

@@ -19,7 +19,8 @@ import shutil
 import sys
 
 from tests.support import database
-from tests.support.chaos import Chaos, Figures, Plan
+from tests.support.chaos import Chaos
+from tests.support.chaos_plan import Figures, Plan
 from tests.support.processes import REPO_ROOT, processes
 
 OUTPUT = REPO_ROOT / "test-output" / "chaos"

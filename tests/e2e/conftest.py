@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
+from jobstream.embedded_pg import EmbeddedPostgres, free_port
 from tests.support.polling import eventually
 from tests.support.processes import REPO_ROOT, ManagedProcess, Processes, processes
 
@@ -38,19 +38,12 @@ OUTPUT_DIR = REPO_ROOT / "test-output"
 SERVER_START_TIMEOUT_S = 30.0
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class Stack:
     """A server and a worker as real processes; the server can be killed and started again."""
 
     def __init__(self, group: Processes, database_url: str) -> None:
         self._group = group
-        self.port = _free_port()
+        self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.env = {
             "DATABASE_URL": database_url,
@@ -123,6 +116,16 @@ def _test_dir(request: pytest.FixtureRequest) -> Path:
 @pytest.fixture
 def output_dir(request: pytest.FixtureRequest) -> Path:
     return _test_dir(request)
+
+
+@pytest.fixture
+def embedded_postgres(postgres: tuple[str, EmbeddedPostgres | None]) -> EmbeddedPostgres:
+    """The suite's own PostgreSQL, for tests that stop and start it; skips the test when
+    DATABASE_URL points at a server this suite does not control."""
+    server = postgres[1]
+    if server is None:
+        pytest.skip("DATABASE_URL points at a server this suite does not control")
+    return server
 
 
 @pytest.fixture

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from jobstream.embedded_pg import EmbeddedPostgres
-from tests.support.chaos import Chaos, Plan
+from tests.support.chaos import Chaos
+from tests.support.chaos_plan import Plan
 from tests.support.processes import Processes
 
 SHORT = Plan(
@@ -26,14 +25,13 @@ SHORT = Plan(
 
 async def test_jobs_and_followers_survive_kills_and_restarts_of_everything(
     process_group: Processes,
-    postgres: tuple[str, EmbeddedPostgres | None],
+    embedded_postgres: EmbeddedPostgres,
     database_url: str,
 ) -> None:
-    server = postgres[1]
-    if server is None:
-        pytest.skip("DATABASE_URL points at a server this suite does not control")
     seed = random.randrange(2**32)
-    figures = await Chaos(SHORT, process_group, server, database_url, random.Random(seed)).run()
+    figures = await Chaos(
+        SHORT, process_group, embedded_postgres, database_url, random.Random(seed)
+    ).run()
     report = f"seed {seed}\n{figures.summary()}"
     assert figures.problems == [], report
     assert figures.jobs == SHORT.jobs, report

@@ -16,7 +16,7 @@ from playwright.async_api import Page, Request, expect
 
 from tests.e2e.conftest import Stack
 from tests.e2e.test_cli import cli, simulate
-from tests.e2e.test_page import (
+from tests.support.job_page import (
     assert_prefixes,
     count_job,
     count_text,

@@ -7,7 +7,6 @@ and every process logs JSON lines that name the job, attempt, run token and work
 from __future__ import annotations
 
 import json
-import socket
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
@@ -22,6 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from jobstream.embedded_pg import free_port
 from tests.support.fake_openai import FakeOpenAI, Reply, RequestRecord, expected_text
 from tests.support.openai_jobs import (
     INPUT_USD_PER_MTOK,
@@ -37,13 +37,6 @@ from tests.support.processes import ManagedProcess, Processes, processes
 LIMIT = 4
 RETRY_AFTER_S = 1.5
 GOOD_JOBS = 50
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from tests.support import database
 from tests.support.http_server import serve
 from tests.support.polling import eventually_blocking
 from tests.support.processes import processes
-from worker.providers.simulated import expected_text
+from tests.support.simulated_text import expected_text
 
 MODEL = "sim-1"
 PROMPT = "the quick brown fox"

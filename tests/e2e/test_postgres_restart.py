@@ -12,7 +12,6 @@ import uuid
 from typing import Any
 
 import httpx
-import pytest
 
 from jobstream import db, events
 from jobstream.embedded_pg import EmbeddedPostgres
@@ -39,12 +38,9 @@ async def follow(client: httpx.AsyncClient, job_id: str, first_token: asyncio.Ev
 
 async def test_jobs_and_streams_survive_a_postgres_crash_restart(
     stack: Stack,
-    postgres: tuple[str, EmbeddedPostgres | None],
+    embedded_postgres: EmbeddedPostgres,
     database_url: str,
 ) -> None:
-    server = postgres[1]
-    if server is None:
-        pytest.skip("DATABASE_URL points at a server this suite does not control")
     simulate = {"tokens": TOKENS, "pattern": "count", "tokens_per_second": 40,
                 "first_token_delay_s": 0}  # fmt: skip
     jobs = [
@@ -58,8 +54,8 @@ async def test_jobs_and_streams_survive_a_postgres_crash_restart(
             for job, seen in zip(jobs, started, strict=True)
         ]
         await asyncio.wait_for(asyncio.gather(*(seen.wait() for seen in started)), 20)
-        await asyncio.to_thread(server.stop, "immediate")
-        await asyncio.to_thread(server.start)
+        await asyncio.to_thread(embedded_postgres.stop, "immediate")
+        await asyncio.to_thread(embedded_postgres.start)
         results = await asyncio.wait_for(asyncio.gather(*readers), 60)
 
     pool = await db.create_pool(database_url, min_size=1, max_size=2)

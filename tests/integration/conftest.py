@@ -1,15 +1,24 @@
-"""Integration fixtures: the HTTP API on a real uvicorn, and a client for it."""
+"""Integration fixtures: the HTTP API on a real uvicorn and a client for it, a pool wide enough
+for racing claimers, webhook settings, and the fake OpenAI server with a provider pointed at it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import asyncpg
 import httpx
 import pytest
 
+from jobstream import db
 from jobstream.settings import Settings
 from server.app import create_app
+from tests.support.fake_openai import FakeOpenAI
 from tests.support.http_server import serve
+from tests.support.openai_jobs import KEY
+from tests.support.provider_streams import FIRST_TOKEN_TIMEOUT_S, IDLE_TIMEOUT_S
+from tests.support.webhook_outbox import SECRET
+from worker.providers.openai import OpenAIProvider
 
 
 @pytest.fixture
@@ -22,3 +31,60 @@ async def base_url(settings: Settings) -> AsyncIterator[str]:
 async def client(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
         yield http
+
+
+@pytest.fixture
+async def wide_pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    """Twelve connections: enough for every claimer of a race to hold its own transaction at
+    once."""
+    pool = await db.create_pool(database_url, min_size=12, max_size=12)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+def hook_settings(settings: Settings) -> Settings:
+    """Webhooks that sign with SECRET, may reach loopback receivers and retry at once."""
+    return settings.replace(
+        webhook_allow_private=True,
+        webhook_secret=SECRET,
+        webhook_backoff_base_s=0.0,
+        webhook_backoff_max_s=0.0,
+        webhook_poll_interval_s=0.05,
+        webhook_max_attempts=5,
+    )
+
+
+@pytest.fixture(scope="module")
+async def openai_server() -> AsyncIterator[FakeOpenAI]:
+    """The fake OpenAI server, one per module (starting one is the slow part)."""
+    async with FakeOpenAI(api_key=KEY) as fake:
+        yield fake
+
+
+@pytest.fixture
+async def fake(openai_server: FakeOpenAI) -> AsyncIterator[FakeOpenAI]:
+    """The module's fake OpenAI server, reset for this test and left idle by it."""
+    async with openai_server.one_test() as fresh:
+        yield fresh
+
+
+@pytest.fixture
+def provider_settings(fake: FakeOpenAI) -> Settings:
+    """Settings for an `OpenAIProvider` on its own (no database), pointed at the fake."""
+    return Settings(
+        openai_base_url=fake.base_url,
+        openai_api_key=KEY,
+        openai_model="fake-default-model",
+        openai_connect_timeout_s=2.0,
+        openai_first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S,
+        openai_idle_timeout_s=IDLE_TIMEOUT_S,
+        openai_input_usd_per_mtok=2.5,
+        openai_output_usd_per_mtok=10.0,
+    )
+
+
+@pytest.fixture
+async def provider(provider_settings: Settings) -> AsyncIterator[OpenAIProvider]:
+    async with OpenAIProvider(provider_settings) as provider:
+        yield provider

@@ -1,4 +1,5 @@
-"""The jobs API over real HTTP: create, idempotency, validation, read, list, cancel."""
+"""The jobs API over real HTTP: create, idempotency, validation, read, list, cancel. Retries,
+budgets, rates and delays: test_api_job_limits.py."""
 
 from __future__ import annotations
 
@@ -13,22 +14,12 @@ import structlog
 import structlog.testing
 
 from jobstream import jobs
+from tests.support.api import PROBLEM, job_body, job_count
 from tests.support.polling import eventually
-
-PROBLEM = "application/problem+json"
-
-
-def body(**fields: Any) -> dict[str, Any]:
-    return {"prompt": "Explain leases", "simulate": {"tokens": 5}, **fields}
-
-
-async def job_count(pool: asyncpg.Pool) -> int:
-    count: int = await pool.fetchval("SELECT count(*) FROM jobs")
-    return count
 
 
 async def test_create_answers_202_with_links(client: httpx.AsyncClient) -> None:
-    response = await client.post("/api/jobs", json=body())
+    response = await client.post("/api/jobs", json=job_body())
     assert response.status_code == 202
     job = response.json()
     assert job["status"] == "queued"
@@ -42,10 +33,10 @@ async def test_same_key_and_body_returns_the_same_job(
     client: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
     headers = {"Idempotency-Key": "click-1"}
-    first = await client.post("/api/jobs", json=body(), headers=headers)
+    first = await client.post("/api/jobs", json=job_body(), headers=headers)
     # Key order differs; the request is the same.
     again = await client.post(
-        "/api/jobs", json=dict(reversed(list(body().items()))), headers=headers
+        "/api/jobs", json=dict(reversed(list(job_body().items()))), headers=headers
     )
     assert first.status_code == 202
     assert again.status_code == 200
@@ -58,8 +49,8 @@ async def test_same_key_other_body_is_409_and_changes_nothing(
     client: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
     headers = {"Idempotency-Key": "click-2"}
-    await client.post("/api/jobs", json=body(), headers=headers)
-    conflict = await client.post("/api/jobs", json=body(prompt="other"), headers=headers)
+    await client.post("/api/jobs", json=job_body(), headers=headers)
+    conflict = await client.post("/api/jobs", json=job_body(prompt="other"), headers=headers)
     assert conflict.status_code == 409
     assert conflict.headers["content-type"] == PROBLEM
     assert conflict.json()["type"] == "/problems/idempotency-conflict"
@@ -71,7 +62,7 @@ async def test_twenty_concurrent_duplicates_make_one_job(
 ) -> None:
     headers = {"Idempotency-Key": "double-click"}
     responses = await asyncio.gather(
-        *(client.post("/api/jobs", json=body(), headers=headers) for _ in range(20))
+        *(client.post("/api/jobs", json=job_body(), headers=headers) for _ in range(20))
     )
     assert sorted(r.status_code for r in responses) == [200] * 19 + [202]
     assert len({r.json()["id"] for r in responses}) == 1
@@ -84,23 +75,23 @@ async def test_twenty_concurrent_duplicates_make_one_job(
     ("payload", "field"),
     [
         ({"simulate": {}}, "prompt"),
-        (body(prompt=""), "prompt"),
-        (body(prompt=7), "prompt"),
-        (body(max_tokens=0), "max_tokens"),
-        (body(max_tokens=40000), "max_tokens"),
-        (body(max_tokens="12"), "max_tokens"),
-        (body(max_tokens=True), "max_tokens"),
-        (body(priority=11), "priority"),
-        (body(max_attempts=0), "max_attempts"),
-        (body(retry_unknown="yes"), "retry_unknown"),
-        (body(timeout_s=0.5), "timeout_s"),
-        (body(provider="acme"), "provider"),
-        (body(webhook_url="ftp://x"), "webhook_url"),
-        (body(metadata=[1]), "metadata"),
-        (body(metadata={"k": "x" * 5000}), "metadata"),
-        (body(surprise=1), "surprise"),
-        (body(simulate={"faults": [{"kind": "meteor"}]}), "simulate.faults[0].kind"),
-        (body(simulate={"pattern": "zigzag"}), "simulate.pattern"),
+        (job_body(prompt=""), "prompt"),
+        (job_body(prompt=7), "prompt"),
+        (job_body(max_tokens=0), "max_tokens"),
+        (job_body(max_tokens=40000), "max_tokens"),
+        (job_body(max_tokens="12"), "max_tokens"),
+        (job_body(max_tokens=True), "max_tokens"),
+        (job_body(priority=11), "priority"),
+        (job_body(max_attempts=0), "max_attempts"),
+        (job_body(retry_unknown="yes"), "retry_unknown"),
+        (job_body(timeout_s=0.5), "timeout_s"),
+        (job_body(provider="acme"), "provider"),
+        (job_body(webhook_url="ftp://x"), "webhook_url"),
+        (job_body(metadata=[1]), "metadata"),
+        (job_body(metadata={"k": "x" * 5000}), "metadata"),
+        (job_body(surprise=1), "surprise"),
+        (job_body(simulate={"faults": [{"kind": "meteor"}]}), "simulate.faults[0].kind"),
+        (job_body(simulate={"pattern": "zigzag"}), "simulate.pattern"),
     ],
 )
 async def test_invalid_fields_get_422_naming_the_field(
@@ -145,7 +136,7 @@ async def test_malformed_bodies_are_problems(
 
 
 async def test_oversize_body_is_413(client: httpx.AsyncClient, pool: asyncpg.Pool) -> None:
-    response = await client.post("/api/jobs", json=body(prompt="x" * 1_100_000))
+    response = await client.post("/api/jobs", json=job_body(prompt="x" * 1_100_000))
     assert response.status_code == 413
     assert response.headers["content-type"] == PROBLEM
     assert await job_count(pool) == 0
@@ -162,14 +153,14 @@ async def test_wrong_content_type_is_415(client: httpx.AsyncClient) -> None:
 async def test_bad_idempotency_keys_are_400(
     client: httpx.AsyncClient, pool: asyncpg.Pool, key: bytes
 ) -> None:
-    response = await client.post("/api/jobs", json=body(), headers={b"Idempotency-Key": key})
+    response = await client.post("/api/jobs", json=job_body(), headers={b"Idempotency-Key": key})
     assert response.status_code == 400
     assert response.json()["type"] == "/problems/invalid-idempotency-key"
     assert await job_count(pool) == 0
 
 
 async def test_get_shows_the_job_and_its_snapshot(client: httpx.AsyncClient) -> None:
-    created = (await client.post("/api/jobs", json=body(metadata={"user": "ada"}))).json()
+    created = (await client.post("/api/jobs", json=job_body(metadata={"user": "ada"}))).json()
     job = (await client.get(created["poll_url"])).json()
     assert job["id"] == created["id"]
     assert job["status"] == "queued"
@@ -254,7 +245,8 @@ async def test_a_client_that_hangs_up_mid_body_costs_one_line_and_no_job(
 
 async def test_list_is_newest_first_with_cursor_pages(client: httpx.AsyncClient) -> None:
     ids = [
-        (await client.post("/api/jobs", json=body(prompt=f"p{i}"))).json()["id"] for i in range(5)
+        (await client.post("/api/jobs", json=job_body(prompt=f"p{i}"))).json()["id"]
+        for i in range(5)
     ]
     seen: list[str] = []
     cursor: str | None = None
@@ -269,8 +261,8 @@ async def test_list_is_newest_first_with_cursor_pages(client: httpx.AsyncClient)
 
 
 async def test_list_filters_by_status(client: httpx.AsyncClient) -> None:
-    keep = (await client.post("/api/jobs", json=body())).json()
-    gone = (await client.post("/api/jobs", json=body(prompt="other"))).json()
+    keep = (await client.post("/api/jobs", json=job_body())).json()
+    gone = (await client.post("/api/jobs", json=job_body(prompt="other"))).json()
     await client.post(gone["cancel_url"])
     cancelled = (await client.get("/api/jobs", params={"status": "cancelled"})).json()["jobs"]
     queued = (await client.get("/api/jobs", params={"status": "queued"})).json()["jobs"]
@@ -283,7 +275,7 @@ async def test_list_filters_by_status(client: httpx.AsyncClient) -> None:
 async def test_cancel_of_a_queued_job_is_immediate_and_idempotent(
     client: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
-    job = (await client.post("/api/jobs", json=body())).json()
+    job = (await client.post("/api/jobs", json=job_body())).json()
     first = await client.post(job["cancel_url"])
     assert first.status_code == 202
     assert first.json()["status"] == "cancelled"
@@ -304,130 +296,3 @@ async def test_cancel_of_a_queued_job_is_immediate_and_idempotent(
 async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     assert (await client.get("/readyz")).json() == {"status": "ready"}
-
-
-async def test_retry_makes_a_new_job_for_a_dead_one_only(
-    client: httpx.AsyncClient, pool: asyncpg.Pool
-) -> None:
-    job = (await client.post("/api/jobs", json=body(max_attempts=1))).json()
-    refused = await client.post(f"/api/jobs/{job['id']}/retry")
-    assert refused.status_code == 409
-    assert refused.headers["content-type"] == PROBLEM
-    assert refused.json()["type"] == "/problems/not-dead"
-    job_id = uuid.UUID(job["id"])
-    # A job whose only attempt was lost and whose attempts are used up.
-    await pool.execute(
-        "UPDATE jobs SET status = 'dead', attempts = 1, finished_at = now() WHERE id = $1", job_id
-    )
-    retried = await client.post(f"/api/jobs/{job['id']}/retry")
-    assert retried.status_code == 202
-    retry = retried.json()
-    assert retry["id"] != job["id"] and retry["status"] == "queued"
-    assert retry["retry_of"] == job["id"]
-    row = await pool.fetchrow(
-        "SELECT attempts, uncounted_attempts FROM jobs WHERE id = $1", uuid.UUID(retry["id"])
-    )
-    assert row is not None and (row["attempts"], row["uncounted_attempts"]) == (0, 0)
-    assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", job_id) == "dead"
-
-
-async def test_a_retry_passes_the_budget_and_the_rate_as_a_create_does(
-    client: httpx.AsyncClient, pool: asyncpg.Pool
-) -> None:
-    # Regression: the tenant's own key could retry a dead job past its budget (five 202s on a
-    # $0.0001 budget, each holding the estimate again) and past its create rate.
-    job = (await client.post("/api/jobs", json=body(max_tokens=100))).json()
-    job_id = uuid.UUID(job["id"])
-    # Dead, its reservation released, as a job whose attempts ran out.
-    await pool.execute(
-        "UPDATE jobs SET status = 'dead', attempts = 3, reserved_usd = 0 WHERE id = $1", job_id
-    )
-    await pool.execute("UPDATE tenant_ledger SET reserved_usd = 0")
-    await pool.execute("UPDATE tenants SET budget_usd = 0.0001")  # less than the 0.0002 estimate
-    refused = await client.post(f"/api/jobs/{job['id']}/retry")
-    assert refused.status_code == 402
-    assert refused.json()["type"] == "/problems/budget-exhausted"
-    await pool.execute("UPDATE tenants SET budget_usd = NULL, create_rate_per_min = 1")
-    limited = await client.post(f"/api/jobs/{job['id']}/retry")
-    assert limited.status_code == 429 and "retry-after" in limited.headers
-    assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", job_id) == "dead"
-    assert await pool.fetchval("SELECT reserved_usd FROM tenant_balances") == 0
-    await pool.execute("UPDATE tenants SET create_rate_per_min = NULL, budget_usd = 1")
-    assert (await client.post(f"/api/jobs/{job['id']}/retry")).status_code == 202
-    # The retry, a new job, holds the estimate; a repeated request holds nothing more.
-    assert str(await pool.fetchval("SELECT reserved_usd FROM tenant_balances")) == "0.00020000"
-    assert (await client.post(f"/api/jobs/{job['id']}/retry")).status_code == 200
-    assert str(await pool.fetchval("SELECT reserved_usd FROM tenant_balances")) == "0.00020000"
-
-
-async def test_create_beyond_the_budget_is_402_and_makes_nothing(
-    client: httpx.AsyncClient, pool: asyncpg.Pool
-) -> None:
-    # 100 tokens at the simulator's default price reserve 0.0002 USD.
-    await pool.execute("UPDATE tenants SET budget_usd = 0.0003 WHERE id = 'default'")
-    first = await client.post("/api/jobs", json=body(max_tokens=100))
-    second = await client.post("/api/jobs", json=body(prompt="again", max_tokens=100))
-    assert first.status_code == 202
-    assert second.status_code == 402
-    assert second.headers["content-type"] == PROBLEM
-    assert second.json()["type"] == "/problems/budget-exhausted"
-    assert await job_count(pool) == 1
-    reserved = await pool.fetchval(
-        "SELECT reserved_usd FROM tenant_balances WHERE tenant_id = 'default'"
-    )
-    assert str(reserved) == "0.00020000"
-
-
-async def test_creates_beyond_the_tenants_rate_are_429_with_retry_after(
-    client: httpx.AsyncClient, pool: asyncpg.Pool
-) -> None:
-    await pool.execute("UPDATE tenants SET create_rate_per_min = 3 WHERE id = 'default'")
-    responses = await asyncio.gather(
-        *(client.post("/api/jobs", json=body(prompt=f"p{i}")) for i in range(6))
-    )
-    assert sorted(r.status_code for r in responses) == [202] * 3 + [429] * 3
-    refused = next(r for r in responses if r.status_code == 429)
-    assert refused.headers["content-type"] == PROBLEM
-    assert 1 <= int(refused.headers["retry-after"]) <= 60
-    assert await job_count(pool) == 3
-    # A replay of a job already made is no new create: the limit does not refuse it.
-    made = next(r for r in responses if r.status_code == 202).json()
-    headers = {"Idempotency-Key": "replayed"}
-    await pool.execute("UPDATE tenants SET create_rate_per_min = NULL WHERE id = 'default'")
-    first = await client.post("/api/jobs", json=body(prompt="kept"), headers=headers)
-    await pool.execute("UPDATE tenants SET create_rate_per_min = 1 WHERE id = 'default'")
-    again = await client.post("/api/jobs", json=body(prompt="kept"), headers=headers)
-    assert (first.status_code, again.status_code) == (202, 200)
-    assert made["id"] != first.json()["id"]
-
-
-async def test_a_delayed_job_shows_when_it_may_run(client: httpx.AsyncClient) -> None:
-    at = "2099-01-01T09:30:00+00:00"
-    for fields in ({"delay_s": 90}, {"run_at": "2026-12-01T09:30:00Z"}):
-        response = await client.post("/api/jobs", json=body(**fields))
-        assert response.status_code == 202, response.text
-        job = (await client.get(response.json()["poll_url"])).json()
-        assert job["status"] == "queued" and job["run_at"] is not None
-    # Over a year ahead, naive, malformed, or both forms at once: 422 naming the field.
-    refusals: list[tuple[dict[str, object], str]] = [
-        ({"run_at": at}, "run_at"),
-        ({"run_at": "2026-12-01T09:30:00"}, "run_at"),
-        ({"run_at": "tomorrow"}, "run_at"),
-        ({"run_at": "2026-12-01T09:30:00Z", "delay_s": 5}, "delay_s"),
-        ({"delay_s": -1}, "delay_s"),
-    ]
-    for bad, field in refusals:
-        refused = await client.post("/api/jobs", json=body(**bad))
-        assert refused.status_code == 422, bad
-        assert [e["field"] for e in refused.json()["errors"]] == [field]
-
-
-async def test_delay_s_puts_run_at_that_far_after_the_create(
-    client: httpx.AsyncClient, pool: asyncpg.Pool
-) -> None:
-    job = (await client.post("/api/jobs", json=body(delay_s=90))).json()
-    row = await pool.fetchrow(
-        "SELECT created_at, run_after FROM jobs WHERE id = $1::uuid", job["id"]
-    )
-    assert row is not None
-    assert (row["run_after"] - row["created_at"]).total_seconds() == 90

@@ -11,8 +11,8 @@ import asyncpg
 import httpx
 
 from jobstream.settings import Settings
+from tests.support.simulated_text import expected_text
 from tests.support.workers import fast, running_worker, wait_for_status
-from worker.providers.simulated import expected_text
 
 CONVERSATION = [
     {"role": "system", "content": "You answer in few words."},

@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-PROBLEM = "application/problem+json"
+from tests.support.api import PROBLEM, job_count
 
 
 def body(**fields: Any) -> dict[str, Any]:
@@ -21,11 +21,6 @@ def nested(levels: int) -> dict[str, Any]:
     for _ in range(levels):
         value = {"a": value}
     return value
-
-
-async def job_count(pool: asyncpg.Pool) -> int:
-    count: int = await pool.fetchval("SELECT count(*) FROM jobs")
-    return count
 
 
 async def test_nul_anywhere_postgresql_would_store_it_is_a_422_naming_the_field(

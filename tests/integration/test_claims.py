@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import asyncpg
 import orjson
-import pytest
 
-from jobstream import attempts, db, jobs, queries
+from jobstream import attempts, jobs
 from jobstream.attempts import Claimed
-from jobstream.clock import Clock, DatabaseClock, ManualClock
+from jobstream.clock import Clock, DatabaseClock
 from jobstream.jobs import NewJob
 from jobstream.jobspec import JobSpec
+from jobstream.sql import queries
+from tests.support.clock import ManualClock
 
 CLOCK = DatabaseClock()
 
@@ -87,13 +87,6 @@ async def test_single_slot_claims_take_turns_between_tenants(pool: asyncpg.Pool)
         await pool.execute("UPDATE jobs SET status = 'succeeded' WHERE id = $1", held.job_id)
     assert order.count("default") == order.count("other") == 3
     assert all(a != b for a, b in itertools.pairwise(order))
-
-
-@pytest.fixture
-async def wide_pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await db.create_pool(database_url, min_size=8, max_size=8)
-    yield pool
-    await pool.close()
 
 
 async def test_racing_batch_claims_keep_the_tenants_limit_exact(

@@ -10,10 +10,10 @@ import asyncpg
 import pytest
 
 from jobstream import attempts, events, jobs
-from jobstream.clock import ManualClock
 from jobstream.jobspec import JobSpec
 from jobstream.usage import Usage
 from tests.support import attempt_driver as drive
+from tests.support.clock import ManualClock
 
 USAGE = Usage(input_tokens=2, output_tokens=3, cost_usd=Decimal("0.00001"))
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -13,14 +12,16 @@ import asyncpg
 import httpx
 import pytest
 
-from jobstream import events, queries
+from jobstream import events
 from jobstream.settings import Settings
+from jobstream.sql import queries
 from server.app import create_app
 from server.hub import Hub
 from tests.support import attempt_driver as drive
 from tests.support.http_server import serve
 from tests.support.polling import eventually, signalled
 from tests.support.sse_client import read_stream, reassemble
+from tests.support.stalled_reader import read_to_end, stalled_reader
 
 
 @dataclass
@@ -128,7 +129,7 @@ async def test_a_stalled_reader_is_cut_off_and_slows_nobody(
     job = await create(served.client)
     held = await drive.claim(pool)
     healthy = [asyncio.create_task(read_stream(served.client, job["events_url"])) for _ in range(3)]
-    stalled = await _stalled_reader(served.url, job["events_url"])
+    stalled = stalled_reader(served.url, job["events_url"])
     try:
         await until_followers(served.hub, 4)
         # Big events fill the stalled reader's socket, then its buffer of 8: it is cut off.
@@ -146,34 +147,11 @@ async def test_a_stalled_reader_is_cut_off_and_slows_nobody(
             assert got.events[-1]["type"] == "done"
             assert reassemble(got.events) == "".join(sent)
         # The stalled reader, reading at last, finds its stream ended before `done`.
-        rest = await asyncio.wait_for(asyncio.to_thread(_read_to_end, stalled), 30)
+        rest = await asyncio.wait_for(asyncio.to_thread(read_to_end, stalled), 30)
         assert b"event: token" in rest
         assert b"event: done" not in rest
     finally:
         stalled.close()
-
-
-async def _stalled_reader(base_url: str, path: str) -> socket.socket:
-    """A client that asks for the stream and then never reads: a tiny window, never drained."""
-    host, port = base_url.removeprefix("http://").split(":")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect((host, int(port)))
-    request = (
-        f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n"
-        f"X-Request-Id: {uuid.uuid4()}\r\n\r\n"
-    )
-    sock.sendall(request.encode())
-    return sock
-
-
-def _read_to_end(sock: socket.socket) -> bytes:
-    """Everything until the response ends: the last chunk of its body, or the socket closing."""
-    sock.settimeout(20)
-    data = bytearray()
-    while not data.endswith(b"\r\n0\r\n\r\n") and (chunk := sock.recv(65536)):
-        data += chunk
-    return bytes(data)
 
 
 class _GatedRecheck:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from decimal import Decimal
 
@@ -37,18 +36,6 @@ from tests.support.workers import (
 )
 from worker.providers.openai import estimate_tokens
 from worker.retry import Backoff
-
-
-@pytest.fixture(scope="module")
-async def server() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def fake(server: FakeOpenAI) -> AsyncIterator[FakeOpenAI]:
-    async with server.one_test() as fresh:
-        yield fresh
 
 
 @pytest.fixture

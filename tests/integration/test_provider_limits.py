@@ -8,30 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
 from decimal import Decimal
 
 import asyncpg
-import pytest
 
-from jobstream import attempts, db, migrations, queries
+from jobstream import attempts, db, migrations
 from jobstream.attempts import Claimed, Success
 from jobstream.clock import DatabaseClock
+from jobstream.sql import queries
 from jobstream.usage import Usage
 from tests.support.polling import eventually
 from tests.support.workers import create_job
 
 CLOCK = DatabaseClock()
 LIMIT = 3
-CLAIMERS = 12
-
-
-@pytest.fixture
-async def wide_pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    """Enough connections for every claimer to hold its own transaction at once."""
-    pool = await db.create_pool(database_url, min_size=CLAIMERS, max_size=CLAIMERS)
-    yield pool
-    await pool.close()
+CLAIMERS = 12  # the wide_pool fixture has a connection for each
 
 
 async def claim(pool: asyncpg.Pool, providers: list[str], worker: str) -> Claimed | None:

@@ -14,13 +14,20 @@ import asyncpg
 import httpx
 
 from jobstream import attempts, retention
-from jobstream.clock import ManualClock
 from jobstream.settings import Settings
 from tests.integration.test_metrics import samples
 from tests.support import attempt_driver as drive
+from tests.support.clock import ManualClock
 from tests.support.polling import eventually
 from tests.support.sse_client import read_stream, reassemble
-from tests.support.workers import counted_text, create_job, fast, running_worker, wait_for_job
+from tests.support.workers import (
+    counted_text,
+    create_job,
+    fast,
+    running_worker,
+    wait_for_job,
+    wait_idle,
+)
 from worker.janitor import Janitor
 
 PROBLEM = "application/problem+json"
@@ -331,7 +338,7 @@ async def test_a_soak_of_jobs_that_come_and_go_keeps_the_database_bounded(
                 lambda n: n == 0,
                 what="every job of the cycle ends",
             )
-            await worker.wait_idle()
+            await wait_idle(worker)
             await janitor.run_round()  # settles
             clock.advance(2)
             await janitor.run_round()  # deletes

@@ -17,9 +17,8 @@ import httpx
 
 from jobstream.settings import Settings
 from server.app import create_app
+from tests.support.api import PROBLEM, job_count
 from tests.support.http_server import serve
-
-PROBLEM = "application/problem+json"
 
 
 @asynccontextmanager
@@ -33,11 +32,6 @@ async def refused_fields(client: httpx.AsyncClient, body: dict[str, Any]) -> lis
     assert response.status_code == 422, response.text
     assert response.headers["content-type"] == PROBLEM
     return [e["field"] for e in response.json()["errors"]]
-
-
-async def job_count(pool: asyncpg.Pool) -> int:
-    count: int = await pool.fetchval("SELECT count(*) FROM jobs")
-    return count
 
 
 async def test_an_hour_long_simulated_job_is_refused_at_create(

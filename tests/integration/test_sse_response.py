@@ -4,8 +4,6 @@ stream whose client stopped reading (send timeout), with the subscription releas
 from __future__ import annotations
 
 import asyncio
-import socket
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +18,7 @@ from tests.support import attempt_driver as drive
 from tests.support.http_server import serve
 from tests.support.polling import eventually
 from tests.support.sse_client import SSE_HEADERS, read_stream
+from tests.support.stalled_reader import read_to_end, stalled_reader
 
 
 async def create(client: httpx.AsyncClient) -> dict[str, Any]:
@@ -68,7 +67,7 @@ async def test_a_client_that_stops_reading_is_ended_by_the_send_timeout(
         job = await create(client)
         held = await drive.claim(pool)
         healthy = asyncio.create_task(read_stream(client, job["events_url"]))
-        stalled = _stalled_reader(url, job["events_url"])
+        stalled = stalled_reader(url, job["events_url"])
         try:
             await eventually(_count(hub), lambda n: n == 2, what="both streams follow the job")
             # Big events fill the stalled client's socket; its send then blocks past 0.3 s.
@@ -83,7 +82,7 @@ async def test_a_client_that_stops_reading_is_ended_by_the_send_timeout(
             await drive.succeed(pool, held, "".join(sent))
             got = await asyncio.wait_for(healthy, 30)
             assert got.events[-1]["type"] == "done"  # the reader that keeps up is not affected
-            rest = await asyncio.wait_for(asyncio.to_thread(_read_to_end, stalled), 30)
+            rest = await asyncio.wait_for(asyncio.to_thread(read_to_end, stalled), 30)
             assert b"event: token" in rest and b"event: done" not in rest
         finally:
             stalled.close()
@@ -95,26 +94,3 @@ def _count(hub: Hub) -> Any:
         return hub.subscribers
 
     return followers
-
-
-def _stalled_reader(base_url: str, path: str) -> socket.socket:
-    """A client that asks for the stream and then never reads: a tiny window, never drained."""
-    host, port = base_url.removeprefix("http://").split(":")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect((host, int(port)))
-    request = (
-        f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n"
-        f"X-Request-Id: {uuid.uuid4()}\r\n\r\n"
-    )
-    sock.sendall(request.encode())
-    return sock
-
-
-def _read_to_end(sock: socket.socket) -> bytes:
-    """Everything until the response ends: its last chunk, or the socket closing."""
-    sock.settimeout(20)
-    data = bytearray()
-    while not data.endswith(b"\r\n0\r\n\r\n") and (chunk := sock.recv(65536)):
-        data += chunk
-    return bytes(data)

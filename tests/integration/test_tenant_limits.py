@@ -5,27 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from decimal import Decimal
 
 import asyncpg
-import pytest
 
-from jobstream import attempts, db, jobs
+from jobstream import attempts, jobs
 from jobstream.attempts import Claimed
 from jobstream.clock import DatabaseClock
 from jobstream.jobspec import JobSpec
 
 CLOCK = DatabaseClock()
-CLAIMERS = 12
-
-
-@pytest.fixture
-async def wide_pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    """Enough connections for every claimer to hold its own transaction at once."""
-    pool = await db.create_pool(database_url, min_size=CLAIMERS, max_size=CLAIMERS)
-    yield pool
-    await pool.close()
+CLAIMERS = 12  # the wide_pool fixture has a connection for each
 
 
 async def race(pool: asyncpg.Pool) -> list[Claimed]:

@@ -78,45 +78,8 @@ class FlakyPool:
         return getattr(self._pool, name)
 
 
-async def test_a_flush_whose_commit_reply_was_lost_is_not_stored_twice(
-    pool: asyncpg.Pool,
-) -> None:
-    job_id = await create_job(pool)
-    held = await attempts.claim(
-        pool, providers=["simulated"], worker_id="w", lease_s=30, clock=DatabaseClock()
-    )
-    assert held is not None and held.job_id == job_id
-    flaky = FlakyPool(pool)
-    log = TokenLog(flaky, held)  # type: ignore[arg-type]
-    await log.write(["0 1 "])
-    flaky.lose = "after"
-    with pytest.raises(asyncpg.ConnectionDoesNotExistError):
-        await log.write(["2 3 "])  # committed, but the worker cannot know
-    # The runner puts the failed text back in front of what came since, and writes again.
-    await log.write(["2 3 4 5 "])
-    await log.write(["6 "])
-    assert reassemble(await event_list(pool, job_id)) == "0 1 2 3 4 5 6 "
-
-
-async def test_a_flush_that_did_not_commit_is_written_in_full_on_retry(
-    pool: asyncpg.Pool,
-) -> None:
-    job_id = await create_job(pool)
-    held = await attempts.claim(
-        pool, providers=["simulated"], worker_id="w", lease_s=30, clock=DatabaseClock()
-    )
-    assert held is not None
-    flaky = FlakyPool(pool)
-    log = TokenLog(flaky, held)  # type: ignore[arg-type]
-    await log.write(["0 "])
-    flaky.lose = "before"
-    with pytest.raises(asyncpg.ConnectionDoesNotExistError):
-        await log.write(["1 "])
-    await log.write(["1 2 "])
-    assert reassemble(await event_list(pool, job_id)) == "0 1 2 "
-
-
 async def held_log(pool: asyncpg.Pool) -> tuple[uuid.UUID, FlakyPool, TokenLog]:
+    """A claimed job and its attempt's token log, writing through a FlakyPool."""
     job_id = await create_job(pool)
     held = await attempts.claim(
         pool, providers=["simulated"], worker_id="w", lease_s=30, clock=DatabaseClock()
@@ -126,14 +89,42 @@ async def held_log(pool: asyncpg.Pool) -> tuple[uuid.UUID, FlakyPool, TokenLog]:
     return job_id, flaky, TokenLog(flaky, held)  # type: ignore[arg-type]
 
 
+async def lose_a_flush(log: TokenLog, flaky: FlakyPool, lose: str, text: str) -> None:
+    """Write `text` with the connection lost as `lose` says (see FlakyPool): the writer sees
+    the error."""
+    flaky.lose = lose
+    with pytest.raises(asyncpg.ConnectionDoesNotExistError):
+        await log.write([text])
+
+
+async def test_a_flush_whose_commit_reply_was_lost_is_not_stored_twice(
+    pool: asyncpg.Pool,
+) -> None:
+    job_id, flaky, log = await held_log(pool)
+    await log.write(["0 1 "])
+    await lose_a_flush(log, flaky, "after", "2 3 ")  # committed, but the worker cannot know
+    # The runner puts the failed text back in front of what came since, and writes again.
+    await log.write(["2 3 4 5 "])
+    await log.write(["6 "])
+    assert reassemble(await event_list(pool, job_id)) == "0 1 2 3 4 5 6 "
+
+
+async def test_a_flush_that_did_not_commit_is_written_in_full_on_retry(
+    pool: asyncpg.Pool,
+) -> None:
+    job_id, flaky, log = await held_log(pool)
+    await log.write(["0 "])
+    await lose_a_flush(log, flaky, "before", "1 ")
+    await log.write(["1 2 "])
+    assert reassemble(await event_list(pool, job_id)) == "0 1 2 "
+
+
 async def test_a_flush_in_doubt_that_commits_after_it_was_sent_again_is_not_stored_twice(
     pool: asyncpg.Pool,
 ) -> None:
     job_id, flaky, log = await held_log(pool)
     await log.write(["0 1 "])
-    flaky.lose = "late"
-    with pytest.raises(asyncpg.ConnectionDoesNotExistError):
-        await log.write(["2 3 "])
+    await lose_a_flush(log, flaky, "late", "2 3 ")
     await log.write(["2 3 4 5 "])  # the log says "2 3 " is not there: sent again
     await flaky.deliver()  # the first send arrives after all: its offset is stale, it lands nowhere
     await log.write(["6 "])
@@ -145,9 +136,7 @@ async def test_a_flush_in_doubt_that_commits_between_the_check_and_the_resend_is
 ) -> None:
     job_id, flaky, log = await held_log(pool)
     await log.write(["0 1 "])
-    flaky.lose = "late"
-    with pytest.raises(asyncpg.ConnectionDoesNotExistError):
-        await log.write(["2 3 "])
+    await lose_a_flush(log, flaky, "late", "2 3 ")
     # The late flush commits after the writer read the log's offset, before its resend: the
     # resend is refused for its offset, and the writer sends only what is still missing.
     flaky.deliver_at_next_use = True
@@ -163,14 +152,10 @@ async def test_a_resend_that_fails_after_reconciling_is_still_not_stored_twice(
 ) -> None:
     job_id, flaky, log = await held_log(pool)
     await log.write(["0 1 "])
-    flaky.lose = "late"
-    with pytest.raises(asyncpg.ConnectionDoesNotExistError):
-        await log.write(["2 3 "])
+    await lose_a_flush(log, flaky, "late", "2 3 ")
     await flaky.deliver()  # it landed after all
     # The resend reconciles (the log holds "2 3 "), then loses its connection before the rest:
     # the runner passes the same text again, from where it started.
-    flaky.lose = "before"
-    with pytest.raises(asyncpg.ConnectionDoesNotExistError):
-        await log.write(["2 3 4 5 "])
+    await lose_a_flush(log, flaky, "before", "2 3 4 5 ")
     await log.write(["2 3 4 5 6 "])
     assert reassemble(await event_list(pool, job_id)) == "0 1 2 3 4 5 6 "

@@ -8,8 +8,9 @@ from datetime import timedelta
 import asyncpg
 
 from jobstream import attempts, jobs
-from jobstream.clock import DatabaseClock, ManualClock
+from jobstream.clock import DatabaseClock
 from jobstream.settings import Settings
+from tests.support.clock import ManualClock
 from tests.support.gated_provider import GatedProvider
 from tests.support.polling import eventually, signalled
 from tests.support.workers import (
@@ -21,6 +22,7 @@ from tests.support.workers import (
     running_worker,
     summary,
     wait_for_status,
+    wait_idle,
 )
 
 # A job that would stream for minutes: only a cancel ends it within a test.
@@ -70,7 +72,7 @@ async def test_cancelling_a_running_job_is_confirmed_by_its_worker_at_once(
         job, changed = await jobs.cancel(pool, "default", job_id, DatabaseClock())
         assert changed and job["status"] == "cancelling"
         await wait_for_status(pool, job_id, "cancelled", timeout_s=5)
-        await signalled(worker.wait_idle(), what="the worker is idle")
+        await wait_idle(worker, what="the worker is idle")
     (attempt,) = await attempt_rows(pool, job_id)
     assert attempt["outcome"] == "cancelled"
     assert attempt["cancel_confirmed"] is True  # the stream was cancelled and closed
@@ -110,7 +112,7 @@ async def test_a_result_that_arrives_after_a_cancel_request_does_not_win(
         await request_cancel_without_notify(pool, job_id)
         provider.gate.set()  # the answer completes before the worker has seen the cancel
         await wait_for_status(pool, job_id, "cancelled")
-        await signalled(worker.wait_idle(), what="the worker is idle")
+        await wait_idle(worker, what="the worker is idle")
     (attempt,) = await attempt_rows(pool, job_id)
     assert attempt["outcome"] == "cancelled"
     # The provider finished on its own; our cancel did not stop it, and it billed all 5 tokens.

@@ -11,10 +11,10 @@ import asyncpg
 
 from jobstream import attempts, db
 from jobstream.attempts import Claimed, Success
-from jobstream.clock import ManualClock
 from jobstream.errors import Fenced
 from jobstream.settings import Settings
 from jobstream.usage import Usage
+from tests.support.clock import ManualClock
 from tests.support.gated_provider import GatedProvider
 from tests.support.polling import eventually, signalled
 from tests.support.workers import (
@@ -28,6 +28,7 @@ from tests.support.workers import (
     reassemble,
     running_worker,
     wait_for_status,
+    wait_idle,
 )
 
 LEASE_S = 30.0
@@ -155,12 +156,12 @@ async def test_a_stale_worker_is_fenced_out_and_stops_its_attempt(
             settings.replace(worker_id="current"), pool=pool, clock=clock
         ) as current_worker:
             job = await wait_for_status(pool, job_id, "succeeded")
-            await signalled(current_worker.wait_idle(), what="the current worker is idle")
+            await wait_idle(current_worker, what="the current worker is idle")
         reaped_at = max(e.seq for e in await event_list(pool, job_id) if e.attempt == 1)
         # The stale worker wakes up and writes its next tokens: refused, and it stops.
         slow.gate.set()
         await signalled(slow.cancelled.wait(), what="the stale stream is cancelled")
-        await signalled(stale_worker.wait_idle(), what="the stale worker is idle")
+        await wait_idle(stale_worker, what="the stale worker is idle")
         assert stale_worker.results == {"fenced": 1}
         assert current_worker.results == {"succeeded": 1}
     log = await event_list(pool, job_id)

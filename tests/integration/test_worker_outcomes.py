@@ -14,7 +14,6 @@ import structlog
 from jobstream import attempts
 from jobstream.settings import Settings
 from tests.support.gated_provider import GatedProvider
-from tests.support.polling import signalled
 from tests.support.workers import (
     attempt_rows,
     counted_text,
@@ -28,6 +27,7 @@ from tests.support.workers import (
     summary,
     wait_for_job,
     wait_for_status,
+    wait_idle,
 )
 from worker.providers.base import ProviderRequest, StreamItem, TextDelta
 from worker.retry import Backoff
@@ -39,7 +39,7 @@ async def test_a_job_streams_to_success(pool: asyncpg.Pool, settings: Settings) 
     job_id = await create_job(pool, prompt="one two three", simulate=fast(30))
     async with running_worker(settings, pool=pool) as worker:
         job = await wait_for_status(pool, job_id, "succeeded")
-        await signalled(worker.wait_idle(), what="the worker is idle")
+        await wait_idle(worker, what="the worker is idle")
     log = await event_list(pool, job_id)
     assert summary(log) == [
         (0, "status", "queued"),

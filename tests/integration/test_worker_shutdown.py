@@ -21,6 +21,7 @@ from tests.support.workers import (
     running_worker,
     summary,
     wait_for_status,
+    wait_idle,
 )
 from worker.worker import Worker
 
@@ -36,7 +37,7 @@ async def test_stop_lets_an_attempt_that_ends_within_the_grace_period_finish(
         await signalled(provider.waiting.wait(), what="the attempt streams")
         worker.stop()
         provider.gate.set()  # the answer completes during the grace period
-        await signalled(worker.wait_idle(), what="the attempt ends")
+        await wait_idle(worker, what="the attempt ends")
     assert (await job_row(pool, job_id))["status"] == "succeeded"
     assert worker.results == {"succeeded": 1}
 

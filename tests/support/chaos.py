@@ -10,6 +10,7 @@ followed over SSE by readers that reconnect. Then every promise is checked:
 - every follower saw every event once, in order (the table's log), and its text is the result;
 - no process exited on its own (only the ones killed on purpose are gone).
 
+The fleet and its readers are in chaos_fleet.py, the plan and the figures in chaos_plan.py.
 `tests/e2e/test_chaos.py` runs a short plan; `make chaos` (tests/e2e/chaos.py) a long one.
 """
 
@@ -19,7 +20,6 @@ import asyncio
 import random
 import time
 import uuid
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -27,198 +27,18 @@ import asyncpg
 import httpx
 
 from jobstream import db, events
-from jobstream.embedded_pg import EmbeddedPostgres, free_port
-from jobstream.follower import Follower, FollowError
+from jobstream.embedded_pg import EmbeddedPostgres
 from jobstream.types import TERMINAL_STATUSES
-from tests.support.processes import ManagedProcess, Processes
+from tests.support.chaos_fleet import Fleet, Reader
+from tests.support.chaos_plan import Figures, Plan
+from tests.support.processes import Processes
 from tests.support.sse_client import reassemble
 
 TENANT = "default"
 
 
-@dataclass(frozen=True)
-class Plan:
-    duration_s: float  # how long the faults go on
-    jobs: int  # created over the first 80 % of it
-    workers: int = 3
-    servers: int = 2
-    worker_kill_every_s: float = 2.0  # one worker, chosen at random, each time (±25 %)
-    server_restart_every_s: float = 10.0
-    postgres_restart_every_s: float = 25.0
-    tokens: tuple[int, int] = (30, 90)  # per job, at 40 tokens/s: about 1-2 s of streaming
-    settle_timeout_s: float = 90.0  # after the faults stop, for every job and follower to end
-
-
-@dataclass
-class Figures:
-    jobs: int = 0
-    statuses: dict[str, int] = field(default_factory=dict)
-    attempts: int = 0
-    attempts_lost: int = 0
-    worker_kills: int = 0
-    server_restarts: int = 0
-    postgres_restarts: int = 0
-    create_retries: int = 0  # creates sent again with their key after a failure
-    followers: int = 0
-    follower_reconnects: int = 0  # after a dropped connection or a refused one
-    follower_hangups: int = 0  # readers that hung up on purpose and resumed from their cursor
-    events_checked: int = 0
-    elapsed_s: float = 0.0
-    problems: list[str] = field(default_factory=list)  # every promise broken; empty: all held
-
-    def summary(self) -> str:
-        lines = [
-            f"jobs:               {self.jobs} {dict(sorted(self.statuses.items()))}",
-            f"attempts:           {self.attempts} ({self.attempts_lost} lost to a dead worker)",
-            f"worker kills (-9):  {self.worker_kills}",
-            f"server restarts:    {self.server_restarts} (kill -9, then start)",
-            f"postgres restarts:  {self.postgres_restarts} (immediate stop: a crash, then start)",
-            f"create retries:     {self.create_retries}",
-            f"followers:          {self.followers} ({self.follower_reconnects} reconnects, "
-            f"{self.follower_hangups} deliberate hang-ups)",
-            f"events checked:     {self.events_checked}",
-            f"time:               {self.elapsed_s:.0f} s",
-            f"problems:           {len(self.problems)}",
-            *(f"  - {problem}" for problem in self.problems[:50]),
-        ]
-        return "\n".join(lines)
-
-
 def counted(tokens: int) -> str:
     return "".join(f"{i} " for i in range(tokens))
-
-
-class Fleet:
-    """The worker and server processes; it knows which exits it caused."""
-
-    def __init__(self, group: Processes, database_url: str, plan: Plan) -> None:
-        self._group = group
-        self._plan = plan
-        self._spawned = 0
-        self.env = {
-            "DATABASE_URL": database_url,
-            # One key for every server, so that any of them accepts any events_url token.
-            "JOBSTREAM_SECRET_KEY": "chaos",
-            "JOBSTREAM_LOG_JSON": "true",
-            "JOBSTREAM_LEASE_S": "2",
-            "JOBSTREAM_POLL_INTERVAL_S": "0.1",
-            "JOBSTREAM_BACKOFF_BASE_S": "0",
-            "JOBSTREAM_BACKOFF_MAX_S": "0",
-            "JOBSTREAM_HUB_RECHECK_S": "1",
-            "JOBSTREAM_HUB_PROBE_S": "1",
-            "JOBSTREAM_SHUTDOWN_GRACE_S": "0",
-            # A process started while PostgreSQL is down waits for it, never gives up.
-            "JOBSTREAM_DB_CONNECT_TIMEOUT_S": "120",
-        }
-        self.ports = [free_port() for _ in range(plan.servers)]
-        self.urls = [f"http://127.0.0.1:{port}" for port in self.ports]
-        self.workers: list[ManagedProcess] = []
-        self.servers: list[ManagedProcess] = []
-        self.killed: set[int] = set()  # pids we killed
-        self.everyone: list[ManagedProcess] = []
-
-    def _spawn(self, module: str, env: dict[str, str]) -> ManagedProcess:
-        self._spawned += 1
-        process = self._group.spawn(module, env, name=f"{module}-{self._spawned}")
-        self.everyone.append(process)
-        return process
-
-    def spawn_worker(self) -> ManagedProcess:
-        worker = self._spawn("worker", {**self.env, "JOBSTREAM_WORKER_ID": f"w{self._spawned + 1}"})
-        self.workers.append(worker)
-        return worker
-
-    def spawn_server(self, slot: int) -> ManagedProcess:
-        server = self._spawn("server", {**self.env, "JOBSTREAM_PORT": str(self.ports[slot])})
-        if slot < len(self.servers):
-            self.servers[slot] = server
-        else:
-            self.servers.append(server)
-        return server
-
-    async def start(self) -> None:
-        for _ in range(self._plan.workers):
-            self.spawn_worker()
-        for slot in range(self._plan.servers):
-            self.spawn_server(slot)
-        await asyncio.gather(*(self.wait_up(slot) for slot in range(self._plan.servers)))
-
-    async def wait_up(self, slot: int, timeout_s: float = 60) -> None:
-        server = self.servers[slot]
-        deadline = time.monotonic() + timeout_s
-        async with httpx.AsyncClient(base_url=self.urls[slot], timeout=2) as client:
-            while True:
-                if server.returncode is not None:
-                    raise AssertionError(f"{server.name} exited ({server.returncode})")
-                try:
-                    if (await client.get("/healthz")).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"{server.name} did not answer within {timeout_s} s")
-                await asyncio.sleep(0.05)
-
-    async def kill(self, process: ManagedProcess) -> None:
-        self.killed.add(process.pid)
-        process.kill()
-        await process.wait_async(10)
-
-    async def kill_a_worker(self, rng: random.Random) -> None:
-        victim = rng.choice(self.workers)
-        self.workers.remove(victim)
-        await self.kill(victim)
-        self.spawn_worker()
-
-    async def restart_server(self, slot: int) -> None:
-        await self.kill(self.servers[slot])
-        self.spawn_server(slot)
-        await self.wait_up(slot)
-
-    def errors_logged(self) -> list[str]:
-        """An attempt that crashed is a defect even when a retry then covers it (the job still
-        succeeds, and nothing else would tell)."""
-        return [error for process in self.everyone for error in process.errors_logged()]
-
-    def unexpected_exits(self) -> list[str]:
-        return [
-            f"{p.name} exited on its own with {p.returncode}: {p.output()[-1500:]}"
-            for p in self.everyone
-            if p.returncode is not None and p.pid not in self.killed
-        ]
-
-
-class Reader:
-    """One follower of a job: resumes from its cursor after any failure; a choppy one also hangs
-    up now and then on purpose, as a phone on a train does."""
-
-    def __init__(
-        self, client: httpx.AsyncClient, job_id: str, *, choppy: bool, rng: random.Random
-    ) -> None:
-        self.job_id = job_id
-        self.seen: list[dict[str, Any]] = []
-        self.reconnects = 0
-        self.hangups = 0
-        self.error: str | None = None  # why it stopped before the end, if it did
-        self._choppy = choppy
-        self._rng = rng
-        self._follower = Follower(
-            client, job_id, backoff_max_s=0.5, on_retry=self._retrying, rng=random.Random()
-        )
-        self.task = asyncio.create_task(self._run(), name=f"reader-{job_id}")
-
-    def _retrying(self, delay_s: float, reason: str) -> None:
-        self.reconnects += 1
-
-    async def _run(self) -> None:
-        try:
-            async for event in self._follower.events():
-                self.seen.append(event)
-                if self._choppy and event["type"] != "done" and self._rng.random() < 0.1:
-                    self.hangups += 1
-                    self._follower.resume_from(self._follower.cursor)
-        except FollowError as exc:  # a 4xx: the server refused this reader for good
-            self.error = str(exc)
 
 
 class Chaos:

@@ -14,7 +14,8 @@ from typing import Any
 import asyncpg
 
 from jobstream import attempts
-from jobstream.clock import DatabaseClock, ManualClock
+from jobstream.clock import DatabaseClock
+from tests.support.clock import ManualClock
 
 DELAY_S = 3600
 DEATH = {"class": "transient", "message": "simulated 503 on the last attempt"}

@@ -36,7 +36,7 @@ async def eventually(
 
 
 async def signalled(waiter: Awaitable[object], *, what: str, timeout_s: float = 10.0) -> None:
-    """Await an event-like `waiter` (an Event.wait(), a wait_idle()), with a deadline."""
+    """Await an event-like `waiter` (an Event.wait(), a gate), with a deadline."""
     try:
         async with asyncio.timeout(timeout_s):
             await waiter

@@ -12,10 +12,10 @@ from typing import Any
 import asyncpg
 
 from jobstream import events, jobs
-from jobstream.clock import ManualClock
 from jobstream.events import Event
 from jobstream.jobspec import JobSpec
 from jobstream.settings import Settings
+from tests.support.clock import ManualClock
 from tests.support.polling import eventually
 from worker.worker import Worker
 
@@ -114,3 +114,14 @@ async def running_worker(settings: Settings, **options: Any) -> AsyncIterator[Wo
         worker.stop()
         async with asyncio.timeout(20):
             await task
+
+
+async def wait_idle(
+    worker: Worker, *, what: str = "the worker is idle", timeout_s: float = 10.0
+) -> None:
+    """Return once no attempt of `worker` is running."""
+
+    async def running() -> int:
+        return worker.running_count
+
+    await eventually(running, lambda n: n == 0, what=what, timeout_s=timeout_s)

@@ -9,8 +9,8 @@ from typing import Any, cast
 import asyncpg
 
 from jobstream.attempts import Claimed
-from jobstream.clock import ManualClock
 from jobstream.jobspec import AttemptSpec
+from tests.support.clock import ManualClock
 from worker.inbox import Inbox, LeaseLost
 from worker.lease import Leases
 

@@ -156,11 +156,6 @@ def _start(prompt: str) -> int:
     return _SENTENCE_STARTS[zlib.crc32(prompt.encode()) % len(_SENTENCE_STARTS)]
 
 
-def expected_text(prompt: str, tokens: int, pattern: Pattern = "words") -> str:
-    """The whole output of a successful attempt producing `tokens` tokens."""
-    return "".join(token_text(prompt, pattern, i) for i in range(tokens))
-
-
 def _fault_error(fault: Fault, produced: int) -> ProviderError:
     where = f"after {produced} tokens"
     # An HTTP error before the first token is the provider refusing the request: it bills nothing.

@@ -1,0 +1,13 @@
+"""The NOTIFY channels: the statements in jobstream/sql notify on them (spelt out there, and
+tests/unit/test_sql_literals.py keeps the two in step); the listeners listen on them.
+
+NOTIFY payloads carry only identifiers: the tables are the truth.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+CHANNEL_EVENTS: Final = "jobstream_events"  # payload "job_id:last_seq"
+CHANNEL_JOBS: Final = "jobstream_jobs"  # payload "provider": a job became runnable
+CHANNEL_CANCEL: Final = "jobstream_cancel"  # payload "job_id": a running job was asked to stop

@@ -1,0 +1,225 @@
+-- The ends of attempts (jobstream/attempts.py): success, another try, failure, a confirmed
+-- cancel, and the attempt row's outcome.
+-- `$n::timestamptz` "now" parameters may be NULL, which means the database clock:
+-- coalesce($n::timestamptz, statement_timestamp()) (jobstream/sql/__init__.py says why).
+
+-- name: SUCCEED_ATTEMPTS
+-- Accept attempts' results, one or many (a worker's successes of one tick), in one statement and
+-- one commit: fenced on each run token, it ends each job, closes its attempt, appends its last
+-- events (the final token chunk if any, `usage`, `done`), charges the accepted price once and
+-- frees the reservation on the job's ledger shard, writes the webhook outbox row, and notifies
+-- followers. Every CTE acts only through `done`: a fenced-out attempt changes nothing, the others
+-- still land, and the rows returned name the jobs that were accepted. The events are built here
+-- from the result, not sent: `usage` is the result's, `done` carries the whole result. `counted`
+-- adds to the metrics' counters (metrics.sql): jobs accepted, what they were charged, their
+-- attempts as succeeded (with cost and run time), and their logs' events, final now.
+-- Parameters, one element per attempt: $1 job, $2 run token, $3 result ({text, usage}), $4
+-- attempt, $5 input tokens, $6 output tokens, $7 cost (the price charged), $8 cost known, $9 the
+-- last token chunk ('' for none); then $10 now.
+WITH input AS (
+    SELECT *, 2 + (i.last_chunk <> '')::int AS n_events
+      FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[], $4::int[], $5::int[], $6::int[],
+                  $7::numeric[], $8::boolean[], $9::text[])
+             AS i (job_id, run_token, result, attempt, input_tokens, output_tokens, cost,
+                   cost_known, last_chunk)
+), done AS (
+    UPDATE jobs j
+       SET status = 'succeeded', result = i.result,
+           finished_at = coalesce($10::timestamptz, statement_timestamp()),
+           updated_at = coalesce($10::timestamptz, statement_timestamp()),
+           lease_until = NULL, error = NULL, charged_usd = i.cost, reserved_usd = 0,
+           last_seq = j.last_seq + i.n_events
+      FROM input i, jobs old
+     WHERE j.id = i.job_id AND j.run_token = i.run_token AND j.status = 'running'
+       AND old.id = j.id
+    RETURNING j.id, j.tenant_id, j.status, j.attempts, j.finished_at, j.result, j.error,
+              j.webhook_url, j.last_seq, i.attempt, i.input_tokens, i.output_tokens, i.cost,
+              i.cost_known, i.last_chunk, old.reserved_usd AS held,
+              get_byte(uuid_send(j.id), 15) % 16 AS shard
+), closed AS (
+    UPDATE job_attempts a
+       SET outcome = 'succeeded', finished_at = done.finished_at,
+           input_tokens = done.input_tokens, output_tokens = done.output_tokens,
+           cost_usd = done.cost, cost_known = done.cost_known
+      FROM done
+     -- No `outcome = 'running'` test: the job ran under this attempt's token, so its attempt
+     -- is running; and with it the planner read every running attempt once per success.
+     WHERE a.job_id = done.id AND a.attempt = done.attempt
+    RETURNING a.provider, a.cost_usd, a.cost_known, done.last_seq,
+              extract(epoch FROM a.finished_at - a.started_at)::float8 AS run_s
+), logged AS (
+    INSERT INTO job_events (job_id, seq, attempt, type, data)
+    SELECT id, last_seq - 2, attempt, 'token', jsonb_build_object('text', last_chunk)
+      FROM done
+     WHERE last_chunk <> ''
+    UNION ALL
+    SELECT id, last_seq - 1, attempt, 'usage', result->'usage' FROM done
+    UNION ALL
+    SELECT id, last_seq, attempt, 'done',
+           jsonb_build_object('status', 'succeeded', 'result', result)
+      FROM done
+), money AS (
+    SELECT tenant_id, shard, sum(held) AS held, sum(cost) AS cost
+      FROM done
+     GROUP BY tenant_id, shard
+), charged AS (
+    -- In (tenant, shard) order, as every writer of the ledger: no two wait on each other in a
+    -- cycle. The row's reservation is never below what its jobs held (schema.sql).
+    INSERT INTO tenant_ledger AS l (tenant_id, shard, spent_usd)
+    SELECT tenant_id, shard, cost FROM money ORDER BY tenant_id, shard
+    ON CONFLICT (tenant_id, shard) DO UPDATE
+       SET reserved_usd = l.reserved_usd - (SELECT m.held FROM money m
+                                             WHERE m.tenant_id = l.tenant_id
+                                               AND m.shard = l.shard),
+           spent_usd = l.spent_usd + EXCLUDED.spent_usd
+), hooked AS (
+    INSERT INTO webhook_deliveries (job_id, event, url, payload, next_attempt_at)
+    SELECT id, 'job.' || status, webhook_url,
+           job_webhook_payload(id, status, attempts, finished_at, result, error), finished_at
+      FROM done
+     WHERE webhook_url IS NOT NULL
+), counted AS (
+    INSERT INTO metric_totals AS m (backend, provider, jobs_accepted, charged_usd, succeeded,
+                                    cost_usd, cost_unknown, events_ended, run_counts, run_s)
+    SELECT pg_backend_pid(), provider, count(*), coalesce(sum(cost_usd), 0), count(*),
+           coalesce(sum(cost_usd), 0), count(*) FILTER (WHERE NOT cost_known), sum(last_seq),
+           -- run_counts: how many at or under each bound of DURATION_BUCKETS (jobstream/types.py),
+           -- written out: a SQL function doing the same doubled what counting cost.
+           ARRAY[count(*) FILTER (WHERE run_s <= 0.05),
+                 count(*) FILTER (WHERE run_s <= 0.1),
+                 count(*) FILTER (WHERE run_s <= 0.25),
+                 count(*) FILTER (WHERE run_s <= 0.5),
+                 count(*) FILTER (WHERE run_s <= 1),
+                 count(*) FILTER (WHERE run_s <= 2.5),
+                 count(*) FILTER (WHERE run_s <= 5),
+                 count(*) FILTER (WHERE run_s <= 10),
+                 count(*) FILTER (WHERE run_s <= 30),
+                 count(*) FILTER (WHERE run_s <= 60),
+                 count(*) FILTER (WHERE run_s <= 120),
+                 count(*) FILTER (WHERE run_s <= 300),
+                 count(*) FILTER (WHERE run_s <= 600)], sum(run_s)
+      FROM closed
+     GROUP BY provider
+    ON CONFLICT (backend, provider) DO UPDATE
+       SET jobs_accepted = m.jobs_accepted + EXCLUDED.jobs_accepted,
+           charged_usd = m.charged_usd + EXCLUDED.charged_usd,
+           succeeded = m.succeeded + EXCLUDED.succeeded,
+           cost_usd = m.cost_usd + EXCLUDED.cost_usd,
+           cost_unknown = m.cost_unknown + EXCLUDED.cost_unknown,
+           events_ended = m.events_ended + EXCLUDED.events_ended,
+           run_counts = CASE
+               WHEN EXCLUDED.run_counts IS NULL THEN m.run_counts
+               WHEN m.run_counts IS NULL THEN EXCLUDED.run_counts
+               ELSE ARRAY[m.run_counts[1] + EXCLUDED.run_counts[1],
+                          m.run_counts[2] + EXCLUDED.run_counts[2],
+                          m.run_counts[3] + EXCLUDED.run_counts[3],
+                          m.run_counts[4] + EXCLUDED.run_counts[4],
+                          m.run_counts[5] + EXCLUDED.run_counts[5],
+                          m.run_counts[6] + EXCLUDED.run_counts[6],
+                          m.run_counts[7] + EXCLUDED.run_counts[7],
+                          m.run_counts[8] + EXCLUDED.run_counts[8],
+                          m.run_counts[9] + EXCLUDED.run_counts[9],
+                          m.run_counts[10] + EXCLUDED.run_counts[10],
+                          m.run_counts[11] + EXCLUDED.run_counts[11],
+                          m.run_counts[12] + EXCLUDED.run_counts[12],
+                          m.run_counts[13] + EXCLUDED.run_counts[13]]
+           END,
+           run_s = m.run_s + EXCLUDED.run_s
+)
+SELECT id, last_seq, pg_notify('jobstream_events', id::text || ':' || last_seq) FROM done
+
+-- name: REQUEUE_JOB
+-- Back to the queue for another attempt. run_token is cleared so the old attempt is fenced out.
+UPDATE jobs
+   SET status = 'queued',
+       run_after = coalesce($5::timestamptz, statement_timestamp()) + make_interval(secs => $3),
+       error = $4, run_token = NULL, lease_until = NULL, worker_id = NULL,
+       updated_at = coalesce($5::timestamptz, statement_timestamp()),
+       uncounted_attempts = uncounted_attempts + $6
+ WHERE id = $1 AND run_token = $2 AND status = 'running'
+RETURNING *, pg_notify('jobstream_jobs', provider)
+
+-- name: FAIL_JOB
+-- A terminal failure (`failed` or `dead`).
+UPDATE jobs
+   SET status = $3, error = $4,
+       finished_at = coalesce($5::timestamptz, statement_timestamp()),
+       updated_at = coalesce($5::timestamptz, statement_timestamp()),
+       lease_until = NULL
+ WHERE id = $1 AND run_token = $2 AND status = 'running'
+RETURNING *
+
+-- name: CONFIRM_CANCEL
+UPDATE jobs
+   SET status = 'cancelled',
+       finished_at = coalesce($3::timestamptz, statement_timestamp()),
+       updated_at = coalesce($3::timestamptz, statement_timestamp()),
+       lease_until = NULL,
+       error = '{"class": "cancelled", "message": "cancelled while running"}'
+ WHERE id = $1 AND run_token = $2 AND status = 'cancelling'
+RETURNING *
+
+-- name: FINISH_ATTEMPT
+-- The INSERT after `ended` adds the attempt to the metrics' counters (metrics.sql), as
+-- MARK_ATTEMPT_LOST (leases.sql) does.
+WITH ended AS (
+    UPDATE job_attempts
+       SET outcome = $3, finished_at = coalesce($11::timestamptz, statement_timestamp()),
+           error_class = $4, error_detail = $5,
+           input_tokens = $6, output_tokens = $7, cost_usd = $8, cost_known = $9,
+           cancel_confirmed = $10
+     WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
+    RETURNING provider, outcome, cost_usd, cost_known, finished_at - started_at AS ran
+)
+INSERT INTO metric_totals AS m (backend, provider, succeeded, failed, unknown, cancelled, lost,
+                                interrupted, cost_usd, cost_unknown, run_counts, run_s)
+SELECT pg_backend_pid(), provider, count(*) FILTER (WHERE outcome = 'succeeded'),
+       count(*) FILTER (WHERE outcome = 'failed'), count(*) FILTER (WHERE outcome = 'unknown'),
+       count(*) FILTER (WHERE outcome = 'cancelled'), count(*) FILTER (WHERE outcome = 'lost'),
+       count(*) FILTER (WHERE outcome = 'interrupted'), coalesce(sum(cost_usd), 0),
+       count(*) FILTER (WHERE NOT cost_known),
+       -- run_counts: how many at or under each bound of DURATION_BUCKETS (jobstream/types.py),
+       -- written out: a SQL function doing the same doubled what counting cost.
+       ARRAY[count(*) FILTER (WHERE extract(epoch FROM ran) <= 0.05),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 0.1),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 0.25),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 0.5),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 1),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 2.5),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 5),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 10),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 30),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 60),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 120),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 300),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 600)],
+       sum(extract(epoch FROM ran)::float8)
+  FROM ended
+ GROUP BY provider
+ON CONFLICT (backend, provider) DO UPDATE
+   SET succeeded = m.succeeded + EXCLUDED.succeeded,
+       failed = m.failed + EXCLUDED.failed,
+       unknown = m.unknown + EXCLUDED.unknown,
+       cancelled = m.cancelled + EXCLUDED.cancelled,
+       lost = m.lost + EXCLUDED.lost,
+       interrupted = m.interrupted + EXCLUDED.interrupted,
+       cost_usd = m.cost_usd + EXCLUDED.cost_usd,
+       cost_unknown = m.cost_unknown + EXCLUDED.cost_unknown,
+       run_counts = CASE
+           WHEN EXCLUDED.run_counts IS NULL THEN m.run_counts
+           WHEN m.run_counts IS NULL THEN EXCLUDED.run_counts
+           ELSE ARRAY[m.run_counts[1] + EXCLUDED.run_counts[1],
+                      m.run_counts[2] + EXCLUDED.run_counts[2],
+                      m.run_counts[3] + EXCLUDED.run_counts[3],
+                      m.run_counts[4] + EXCLUDED.run_counts[4],
+                      m.run_counts[5] + EXCLUDED.run_counts[5],
+                      m.run_counts[6] + EXCLUDED.run_counts[6],
+                      m.run_counts[7] + EXCLUDED.run_counts[7],
+                      m.run_counts[8] + EXCLUDED.run_counts[8],
+                      m.run_counts[9] + EXCLUDED.run_counts[9],
+                      m.run_counts[10] + EXCLUDED.run_counts[10],
+                      m.run_counts[11] + EXCLUDED.run_counts[11],
+                      m.run_counts[12] + EXCLUDED.run_counts[12],
+                      m.run_counts[13] + EXCLUDED.run_counts[13]]
+       END,
+       run_s = m.run_s + EXCLUDED.run_s

@@ -1,0 +1,100 @@
+-- Creating jobs (jobstream/jobs.py): the insert, the workers' wake-up, and the tenant's budget and
+-- create rate.
+-- `$n::timestamptz` "now" parameters may be NULL, which means the database clock:
+-- coalesce($n::timestamptz, statement_timestamp()) (jobstream/sql/__init__.py says why).
+
+-- name: INSERT_JOBS
+-- Create jobs, one or a batch, in one statement: the rows, their `queued` events and their
+-- reservations on the tenant's ledger (the workers' wake-up is NOTIFY_RUNNABLE, sent after).
+-- Arrays $1, $3..$13 hold one element per job, in request order. A tenant with a budget or a
+-- create rate needs its row locked first (TENANT_FOR_CREATE): with $15 true the statement
+-- inserts nothing for such a tenant and says so (`go` false), so that the caller takes the
+-- locked path; for every other tenant, creates take no lock but the key's.
+-- - ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit, so twenty
+--   simultaneous duplicates make one row; the losers are then read with SELECT_JOBS_BY_KEYS.
+--   Two items of one batch with the same key make one row too.
+-- - run_after is when the job may start: `run_at`, else now plus `delay_s` (0 by default).
+-- - $16 is each job's retain_s (NULL: the deployment's JOBSTREAM_RETENTION_S).
+WITH tenant AS (
+    SELECT NOT $15::boolean OR (budget_usd IS NULL AND create_rate_per_min IS NULL) AS go
+      FROM tenants
+     WHERE id = $2
+), inserted AS (
+    INSERT INTO jobs (id, tenant_id, idempotency_key, request_hash, provider, priority, payload,
+                      metadata, max_attempts, webhook_url, estimate_usd, reserved_usd, run_after,
+                      last_seq, created_at, updated_at, retain_s)
+    SELECT n.id, $2, n.key, n.hash, n.provider, n.priority, n.payload, n.metadata,
+           n.max_attempts, n.webhook_url, n.estimate, n.estimate,
+           coalesce(n.run_at, coalesce($14::timestamptz, statement_timestamp())
+                              + make_interval(secs => coalesce(n.delay_s, 0))),
+           1, coalesce($14::timestamptz, statement_timestamp()),
+           coalesce($14::timestamptz, statement_timestamp()), n.retain_s
+      FROM unnest($1::uuid[], $3::text[], $4::text[], $5::text[], $6::smallint[], $7::jsonb[],
+                  $8::jsonb[], $9::int[], $10::text[], $11::numeric[], $12::timestamptz[],
+                  $13::float8[], $16::int[])
+             WITH ORDINALITY AS n (id, key, hash, provider, priority, payload, metadata,
+                                   max_attempts, webhook_url, estimate, run_at, delay_s,
+                                   retain_s, ord),
+           tenant
+     WHERE tenant.go
+     ORDER BY n.ord
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    RETURNING *
+), logged AS (
+    INSERT INTO job_events (job_id, seq, attempt, type, data)
+    SELECT id, 1, 0, 'status', '{"status": "queued"}'::jsonb FROM inserted
+), booked AS (
+    -- Sorted by shard: two batches of one tenant lock its shards in the same order.
+    INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
+    SELECT $2, get_byte(uuid_send(id), 15) % 16, sum(reserved_usd)
+      FROM inserted
+     WHERE reserved_usd > 0
+     GROUP BY 2
+     ORDER BY 2
+    ON CONFLICT (tenant_id, shard) DO UPDATE
+       SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
+), counted AS (
+    INSERT INTO metric_totals AS m (backend, provider, jobs_created)
+    SELECT pg_backend_pid(), provider, count(*) FROM inserted GROUP BY provider
+    ON CONFLICT (backend, provider) DO UPDATE
+       SET jobs_created = m.jobs_created + EXCLUDED.jobs_created
+)
+SELECT t.go, i.*
+  FROM tenant t
+  LEFT JOIN inserted i ON true
+
+-- name: NOTIFY_RUNNABLE
+-- Workers wake for new runnable jobs of these providers. Sent on its own, never by the creating
+-- transaction: NOTIFY takes a cluster-wide lock from commit until the commit is durable, so a
+-- NOTIFY in every create serialised all creates (32 clients: about 700 commits/s with it, 1,500
+-- without). The server coalesces these (server/runnable_notices.py).
+SELECT pg_notify('jobstream_jobs', p) FROM unnest($1::text[]) AS p
+
+-- name: SELECT_JOBS_BY_KEYS
+-- The jobs behind idempotency keys that an insert found taken.
+SELECT * FROM jobs WHERE tenant_id = $1 AND idempotency_key = ANY($2::text[])
+
+-- name: TENANT_FOR_CREATE
+-- The locked path of a create, for a tenant with a budget or a create rate: its creates queue
+-- here, so that each one's budget and rate checks count every create committed before it.
+-- NO KEY UPDATE: see LOCK_CLAIMED_TENANTS.
+SELECT budget_usd, create_rate_per_min FROM tenants WHERE id = $1 FOR NO KEY UPDATE
+
+-- name: TENANT_BUDGET_LEFT
+-- What the tenant may still reserve: NULL for no budget.
+SELECT t.budget_usd - coalesce(sum(l.reserved_usd + l.spent_usd), 0) AS left_usd
+  FROM tenants t
+  LEFT JOIN tenant_ledger l ON l.tenant_id = t.id
+ WHERE t.id = $1
+ GROUP BY t.budget_usd
+
+-- name: TENANT_RECENT_CREATES
+-- Jobs created in the minute before now, and when the oldest of them leaves the window: what
+-- Retry-After tells the client. A range of jobs_tenant_created_idx, as long as the rate allows.
+SELECT count(*) AS recent,
+       coalesce(extract(epoch FROM min(created_at) + interval '1 minute'
+                               - coalesce($2::timestamptz, statement_timestamp())), 0)::float8
+         AS frees_in_s
+  FROM jobs
+ WHERE tenant_id = $1
+   AND created_at > coalesce($2::timestamptz, statement_timestamp()) - interval '1 minute'

@@ -1,0 +1,68 @@
+-- A job's event log: appends by the API and the attempts (jobstream/events.py), and the reads of
+-- the streams and of the hub that fans them out (server/events_api.py, server/hub.py).
+-- NOTIFY payloads carry only identifiers, the tables are the truth: on jobstream_events,
+-- "job_id:last_seq" (jobstream/channels.py).
+
+-- name: APPEND_EVENTS
+-- Append events to a job's log. The UPDATE allocates the seq range under the job's row lock, so
+-- commit order equals seq order (DESIGN.md §4.3); the insert and the NOTIFY ride in the same
+-- statement. $2 (run_token) fences the write: NULL for writes by the API (no attempt involved),
+-- else the attempt's token, and then only while the job is active.
+-- A `done` ends the log: its last_seq then counts as the job's events (metric_totals), and the
+-- scrape stops adding the job's live last_seq (it is no longer queued or running).
+WITH bumped AS (
+    UPDATE jobs
+       SET last_seq = last_seq + cardinality($3::text[]), updated_at = clock_timestamp()
+     WHERE id = $1
+       AND ($2::uuid IS NULL OR (run_token = $2 AND status IN ('running', 'cancelling')))
+    RETURNING last_seq, provider
+), inserted AS (
+    INSERT INTO job_events (job_id, seq, attempt, type, data)
+    SELECT $1, bumped.last_seq - cardinality($3::text[]) + e.ord, $4, e.type, e.data
+      FROM bumped, unnest($3::text[], $5::jsonb[]) WITH ORDINALITY AS e (type, data, ord)
+    RETURNING seq
+), counted AS (
+    INSERT INTO metric_totals AS m (backend, provider, events_ended)
+    SELECT pg_backend_pid(), provider, last_seq FROM bumped WHERE 'done' = ANY($3::text[])
+    ON CONFLICT (backend, provider) DO UPDATE
+       SET events_ended = m.events_ended + EXCLUDED.events_ended
+)
+SELECT last_seq, pg_notify('jobstream_events', $1::text || ':' || last_seq) FROM bumped
+
+-- name: EVENTS_AFTER
+SELECT seq, type, attempt, data, created_at
+  FROM job_events
+ WHERE job_id = $1 AND seq > $2
+ ORDER BY seq
+ LIMIT $3
+
+-- name: EVENTS_AFTER_MANY
+-- EVENTS_AFTER for many jobs at once: the hub's one read per wake-up for every job it follows
+-- that has news ($1 job ids, $2 the seq each has been read up to, at most $3 events a job).
+SELECT c.job_id, e.seq, e.type, e.attempt, e.data, e.created_at
+  FROM unnest($1::uuid[], $2::bigint[]) AS c(job_id, after)
+ CROSS JOIN LATERAL (
+       SELECT seq, type, attempt, data, created_at
+         FROM job_events
+        WHERE job_id = c.job_id AND seq > c.after
+        ORDER BY seq
+        LIMIT $3) AS e
+ ORDER BY c.job_id, e.seq
+
+-- name: JOB_PROGRESS
+-- What a stream needs to know before it starts: does the job exist, and is it finished?
+SELECT status, last_seq FROM jobs WHERE id = $1 AND tenant_id = $2
+
+-- name: JOB_PROGRESS_BY_TOKEN
+-- The same for a reader holding only the job's signed events token (a browser's EventSource,
+-- which cannot send a key): the token names the job, so no tenant is known or needed.
+SELECT status, last_seq FROM jobs WHERE id = $1
+
+-- name: JOB_LAST_SEQ
+-- Where the hub starts reading a job it begins to follow.
+SELECT last_seq FROM jobs WHERE id = $1
+
+-- name: JOBS_LAST_SEQ
+-- The hub's view of the jobs it follows: a job whose last_seq moved past what the hub read has
+-- events a lost NOTIFY did not announce. One statement for every followed job.
+SELECT id, last_seq FROM jobs WHERE id = ANY($1::uuid[])

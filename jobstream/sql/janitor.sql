@@ -1,0 +1,227 @@
+-- The janitor (worker/janitor.py, jobstream/retention.py): retention, compaction, the counters'
+-- upkeep.
+-- `$n::timestamptz` "now" parameters may be NULL, which means the database clock:
+-- coalesce($n::timestamptz, statement_timestamp()) (jobstream/sql/__init__.py says why).
+
+-- name: TRY_LOCK
+-- One janitor at a time across every worker: a session lock held for a round of batches.
+SELECT pg_try_advisory_lock($1)
+
+-- name: UNLOCK
+SELECT pg_advisory_unlock($1)
+
+-- name: JANITOR_SESSION
+-- The janitor's commits do not wait for their WAL to reach the disk: a batch that a crash loses
+-- was settling or deleting jobs that stay as they were until the next round does it again, with
+-- its counters, and no reader can have relied on it. The claims' and appends' commits, which do
+-- wait, then share the disk with fewer flushes. (The pool's reset of the connection undoes it.)
+SET synchronous_commit = off
+
+-- name: SETTLE_JOBS
+-- Settle up to $3 finished jobs, oldest first, $2 s after they ended: compact each log and give
+-- the job its expiry. Parameters: $1 now, $2 JOBSTREAM_COMPACT_AFTER_S, $3 batch, $4
+-- JOBSTREAM_RETENTION_S (for a job that asked for no retain_s), $5 most characters per compacted
+-- event. Only finished jobs are touched, which no claim and no append writes, so nothing the hot
+-- path does waits on this statement's row locks.
+-- - `picked`: the jobs, locked; their retention is their retain_s or the default, capped by the
+--   tenant's max_retain_s (least ignores a NULL cap).
+-- - `tokens`: their token events, in runs of consecutive seqs (a run breaks at any other event).
+--   `kept`: the event belongs to the last attempt, whose text is the job's (the accepted one's,
+--   or what a failed job showed); every earlier attempt was superseded by a `reset`.
+-- - `folded`: each run of the last attempt becomes parts of about $5 characters (a part is cut at
+--   an event's boundary), each part one event at the seq of its last event, holding the part's
+--   text and `from_seq`, the first seq it stands for; a superseded run becomes one empty event.
+--   The seqs in between are deleted. A reader from before `from_seq` reads the same text; a
+--   reader whose cursor is inside [from_seq, seq) gets `resync` (server/tail.py). A run already
+--   one event of the last attempt stays as it is.
+-- - `settled`: expires_at, which takes the job out of jobs_unsettled_idx into jobs_expiry_idx.
+WITH picked AS (
+    SELECT j.id, j.attempts, j.finished_at,
+           least(coalesce(j.retain_s, $4), t.max_retain_s) AS retain_s
+      FROM jobs j
+      LEFT JOIN tenants t ON t.id = j.tenant_id
+     WHERE j.finished_at IS NOT NULL AND j.expires_at IS NULL
+       AND j.finished_at <= coalesce($1::timestamptz, statement_timestamp())
+                            - make_interval(secs => $2)
+     ORDER BY j.finished_at
+     LIMIT $3
+       FOR NO KEY UPDATE OF j SKIP LOCKED
+), tokens AS (
+    SELECT e.job_id, e.seq, e.data->>'text' AS text, e.attempt = p.attempts AS kept,
+           e.seq - row_number() OVER (PARTITION BY e.job_id ORDER BY e.seq) AS run
+      FROM picked p
+      JOIN job_events e ON e.job_id = p.id
+     WHERE e.type = 'token'
+), parts AS (
+    SELECT job_id, seq, text, kept, run,
+           CASE WHEN kept
+                THEN (sum(length(text)) OVER (PARTITION BY job_id, run ORDER BY seq)
+                      - length(text)) / $5
+                ELSE 0 END AS part
+      FROM tokens
+), folded AS (
+    SELECT job_id, min(seq) AS first_seq, max(seq) AS seq, bool_and(kept) AS kept,
+           string_agg(text, '' ORDER BY seq) AS text
+      FROM parts
+     GROUP BY job_id, run, part
+), changed AS (
+    SELECT * FROM folded WHERE first_seq < seq OR NOT kept
+), removed AS (
+    DELETE FROM job_events e
+     USING changed c
+     WHERE e.job_id = c.job_id AND e.seq >= c.first_seq AND e.seq < c.seq
+    RETURNING e.job_id
+), rewritten AS (
+    UPDATE job_events e
+       SET data = CASE WHEN c.first_seq = c.seq THEN jsonb_build_object('text', '')
+                       ELSE jsonb_build_object('text', CASE WHEN c.kept THEN c.text ELSE '' END,
+                                               'from_seq', c.first_seq) END
+      FROM changed c
+     WHERE e.job_id = c.job_id AND e.seq = c.seq
+), settled AS (
+    UPDATE jobs j
+       SET expires_at = p.finished_at + make_interval(secs => p.retain_s)
+      FROM picked p
+     WHERE j.id = p.id
+    RETURNING j.id
+), tally AS (
+    SELECT (SELECT count(*) FROM settled) AS jobs, (SELECT count(*) FROM removed) AS removed
+), counted AS (
+    INSERT INTO metric_totals AS m (backend, provider, jobs_compacted, events_compacted)
+    SELECT pg_backend_pid(), '', jobs, removed FROM tally WHERE jobs > 0
+    ON CONFLICT (backend, provider) DO UPDATE
+       SET jobs_compacted = m.jobs_compacted + EXCLUDED.jobs_compacted,
+           events_compacted = m.events_compacted + EXCLUDED.events_compacted
+)
+SELECT jobs, removed FROM tally
+
+-- name: DELETE_EXPIRED_JOBS
+-- Delete up to $2 jobs whose expiry has passed, oldest first, with their events, attempts and
+-- webhook rows (a pending delivery goes too: retention outranks a receiver that never answers),
+-- leaving a tombstone ($3) so that the id answers 410 for a while. $1 now. The rows are locked
+-- first and skipped if taken (an API call on a finished job holds one for a moment).
+WITH doomed AS (
+    SELECT id, tenant_id
+      FROM jobs
+     WHERE expires_at <= coalesce($1::timestamptz, statement_timestamp())
+     ORDER BY expires_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), events AS (
+    DELETE FROM job_events e USING doomed d WHERE e.job_id = d.id RETURNING 1
+), attempts AS (
+    DELETE FROM job_attempts a USING doomed d WHERE a.job_id = d.id RETURNING 1
+), hooks AS (
+    DELETE FROM webhook_deliveries w USING doomed d WHERE w.job_id = d.id RETURNING 1
+), gone AS (
+    DELETE FROM jobs j USING doomed d WHERE j.id = d.id RETURNING j.id, j.tenant_id
+), buried AS (
+    INSERT INTO job_tombstones (id, tenant_id, deleted_at)
+    SELECT id, tenant_id, coalesce($1::timestamptz, statement_timestamp()) FROM gone WHERE $3
+    ON CONFLICT (id) DO NOTHING
+), tally AS (
+    SELECT (SELECT count(*) FROM gone) AS jobs,
+           (SELECT count(*) FROM gone) + (SELECT count(*) FROM events)
+           + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM hooks) AS removed
+), counted AS (
+    INSERT INTO metric_totals AS m (backend, provider, jobs_deleted, rows_deleted)
+    SELECT pg_backend_pid(), '', jobs, removed FROM tally WHERE jobs > 0
+    ON CONFLICT (backend, provider) DO UPDATE
+       SET jobs_deleted = m.jobs_deleted + EXCLUDED.jobs_deleted,
+           rows_deleted = m.rows_deleted + EXCLUDED.rows_deleted
+)
+SELECT jobs, removed FROM tally
+
+-- name: PRUNE_TOMBSTONES
+-- Tombstones older than $2 s go, $3 at a time ($1 now).
+DELETE FROM job_tombstones
+ WHERE id IN (SELECT id
+                FROM job_tombstones
+               WHERE deleted_at < coalesce($1::timestamptz, statement_timestamp())
+                                  - make_interval(secs => $2)
+               ORDER BY deleted_at
+               LIMIT $3)
+
+-- name: TOMBSTONE
+-- Is a deleted job's id remembered? Asked only when a job is not found: 410 rather than 404.
+-- Another tenant's tombstone is not this caller's business ($2 NULL: the job's signed token).
+SELECT deleted_at FROM job_tombstones WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
+
+-- name: FOLD_METRIC_TOTALS
+-- The counters of backends that are gone move to backend 0, so that the table keeps a row per
+-- live backend. A backend that reused a pid meanwhile may be writing its row: the DELETE waits
+-- for its commit and folds what it wrote, and its next write makes a new row.
+WITH gone AS (
+    DELETE FROM metric_totals t
+     WHERE t.backend <> 0
+       AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = t.backend)
+    RETURNING t.*
+)
+INSERT INTO metric_totals AS m (
+    backend, provider, jobs_created, jobs_accepted, charged_usd, attempts_started, retries,
+    succeeded, failed, unknown, cancelled, lost, interrupted, cost_usd, cost_unknown,
+    events_ended, queue_wait_counts, queue_wait_s, run_counts, run_s, jobs_compacted,
+    events_compacted, jobs_deleted, rows_deleted)
+SELECT 0, provider, sum(jobs_created), sum(jobs_accepted), sum(charged_usd),
+       sum(attempts_started), sum(retries), sum(succeeded), sum(failed), sum(unknown),
+       sum(cancelled), sum(lost), sum(interrupted), sum(cost_usd), sum(cost_unknown),
+       sum(events_ended), sum_counts(queue_wait_counts), sum(queue_wait_s),
+       sum_counts(run_counts), sum(run_s), sum(jobs_compacted), sum(events_compacted),
+       sum(jobs_deleted), sum(rows_deleted)
+  FROM gone
+ GROUP BY provider
+ON CONFLICT (backend, provider) DO UPDATE
+   SET jobs_created = m.jobs_created + EXCLUDED.jobs_created,
+       jobs_accepted = m.jobs_accepted + EXCLUDED.jobs_accepted,
+       charged_usd = m.charged_usd + EXCLUDED.charged_usd,
+       attempts_started = m.attempts_started + EXCLUDED.attempts_started,
+       retries = m.retries + EXCLUDED.retries,
+       succeeded = m.succeeded + EXCLUDED.succeeded,
+       failed = m.failed + EXCLUDED.failed,
+       unknown = m.unknown + EXCLUDED.unknown,
+       cancelled = m.cancelled + EXCLUDED.cancelled,
+       lost = m.lost + EXCLUDED.lost,
+       interrupted = m.interrupted + EXCLUDED.interrupted,
+       cost_usd = m.cost_usd + EXCLUDED.cost_usd,
+       cost_unknown = m.cost_unknown + EXCLUDED.cost_unknown,
+       events_ended = m.events_ended + EXCLUDED.events_ended,
+       queue_wait_counts = CASE
+           WHEN EXCLUDED.queue_wait_counts IS NULL THEN m.queue_wait_counts
+           WHEN m.queue_wait_counts IS NULL THEN EXCLUDED.queue_wait_counts
+           ELSE ARRAY[m.queue_wait_counts[1] + EXCLUDED.queue_wait_counts[1],
+                      m.queue_wait_counts[2] + EXCLUDED.queue_wait_counts[2],
+                      m.queue_wait_counts[3] + EXCLUDED.queue_wait_counts[3],
+                      m.queue_wait_counts[4] + EXCLUDED.queue_wait_counts[4],
+                      m.queue_wait_counts[5] + EXCLUDED.queue_wait_counts[5],
+                      m.queue_wait_counts[6] + EXCLUDED.queue_wait_counts[6],
+                      m.queue_wait_counts[7] + EXCLUDED.queue_wait_counts[7],
+                      m.queue_wait_counts[8] + EXCLUDED.queue_wait_counts[8],
+                      m.queue_wait_counts[9] + EXCLUDED.queue_wait_counts[9],
+                      m.queue_wait_counts[10] + EXCLUDED.queue_wait_counts[10],
+                      m.queue_wait_counts[11] + EXCLUDED.queue_wait_counts[11],
+                      m.queue_wait_counts[12] + EXCLUDED.queue_wait_counts[12],
+                      m.queue_wait_counts[13] + EXCLUDED.queue_wait_counts[13]]
+       END,
+       queue_wait_s = m.queue_wait_s + EXCLUDED.queue_wait_s,
+       run_counts = CASE
+           WHEN EXCLUDED.run_counts IS NULL THEN m.run_counts
+           WHEN m.run_counts IS NULL THEN EXCLUDED.run_counts
+           ELSE ARRAY[m.run_counts[1] + EXCLUDED.run_counts[1],
+                      m.run_counts[2] + EXCLUDED.run_counts[2],
+                      m.run_counts[3] + EXCLUDED.run_counts[3],
+                      m.run_counts[4] + EXCLUDED.run_counts[4],
+                      m.run_counts[5] + EXCLUDED.run_counts[5],
+                      m.run_counts[6] + EXCLUDED.run_counts[6],
+                      m.run_counts[7] + EXCLUDED.run_counts[7],
+                      m.run_counts[8] + EXCLUDED.run_counts[8],
+                      m.run_counts[9] + EXCLUDED.run_counts[9],
+                      m.run_counts[10] + EXCLUDED.run_counts[10],
+                      m.run_counts[11] + EXCLUDED.run_counts[11],
+                      m.run_counts[12] + EXCLUDED.run_counts[12],
+                      m.run_counts[13] + EXCLUDED.run_counts[13]]
+       END,
+       run_s = m.run_s + EXCLUDED.run_s,
+       jobs_compacted = m.jobs_compacted + EXCLUDED.jobs_compacted,
+       events_compacted = m.events_compacted + EXCLUDED.events_compacted,
+       jobs_deleted = m.jobs_deleted + EXCLUDED.jobs_deleted,
+       rows_deleted = m.rows_deleted + EXCLUDED.rows_deleted

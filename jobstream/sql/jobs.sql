@@ -1,0 +1,113 @@
+-- The jobs as the API sees them (jobstream/jobs.py): read, list, cancel, retry, delete.
+-- `$n::timestamptz` "now" parameters may be NULL, which means the database clock:
+-- coalesce($n::timestamptz, statement_timestamp()) (jobstream/sql/__init__.py says why).
+
+-- name: SELECT_JOB
+SELECT * FROM jobs WHERE id = $1 AND tenant_id = $2
+
+-- name: SELECT_JOB_FOR_UPDATE
+SELECT * FROM jobs WHERE id = $1 AND tenant_id = $2 FOR UPDATE
+
+-- name: SELECT_ATTEMPTS
+SELECT attempt, worker_id, started_at, finished_at, outcome, error_class, error_detail, provider,
+       model, input_tokens, output_tokens, cost_usd, cost_known, cancel_confirmed
+  FROM job_attempts
+ WHERE job_id = $1
+ ORDER BY attempt
+
+-- name: LIST_JOBS
+-- Keyset pagination, newest first; ($3, $4) is the last row of the previous page.
+SELECT *
+  FROM jobs
+ WHERE tenant_id = $1
+   AND ($2::text IS NULL OR status = $2)
+   AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4::uuid))
+ ORDER BY created_at DESC, id DESC
+ LIMIT $5
+
+-- name: CANCEL_QUEUED
+UPDATE jobs
+   SET status = 'cancelled',
+       cancel_requested_at = coalesce($2::timestamptz, statement_timestamp()),
+       finished_at = coalesce($2::timestamptz, statement_timestamp()),
+       updated_at = coalesce($2::timestamptz, statement_timestamp()),
+       run_token = NULL, lease_until = NULL,
+       error = '{"class": "cancelled", "message": "cancelled before it started"}'
+ WHERE id = $1 AND status = 'queued'
+RETURNING *
+
+-- name: REQUEST_CANCEL_RUNNING
+UPDATE jobs
+   SET status = 'cancelling',
+       cancel_requested_at = coalesce($2::timestamptz, statement_timestamp()),
+       updated_at = coalesce($2::timestamptz, statement_timestamp())
+ WHERE id = $1 AND status = 'running'
+RETURNING *, pg_notify('jobstream_cancel', id::text)
+
+-- name: RETRY_DEAD
+-- An operator's second chance for a dead job ($1): a new job ($2) that asks for the same work,
+-- queued from now with a fresh set of attempts, its own log (opened by a `queued` status naming
+-- `retry_of`) and its own reservation of the same estimate on its own ledger shard. The dead
+-- job stays dead, its log ends with its one `done`; it only gains `retried_as`. Run under the
+-- dead job's row lock (jobs.retry_dead): one retry per job. No idempotency key: the create's key
+-- still names the dead job, which now links to this one.
+WITH old AS (
+    SELECT * FROM jobs WHERE id = $1 AND status = 'dead' AND retried_as IS NULL
+), created AS (
+    INSERT INTO jobs (id, tenant_id, request_hash, provider, priority, payload, metadata,
+                      max_attempts, webhook_url, estimate_usd, reserved_usd, run_after, last_seq,
+                      created_at, updated_at, retry_of, retain_s)
+    SELECT $2, tenant_id, request_hash, provider, priority, payload, metadata, max_attempts,
+           webhook_url, estimate_usd, estimate_usd,
+           coalesce($3::timestamptz, statement_timestamp()), 1,
+           coalesce($3::timestamptz, statement_timestamp()),
+           coalesce($3::timestamptz, statement_timestamp()), id, retain_s
+      FROM old
+    RETURNING *
+), linked AS (
+    UPDATE jobs
+       SET retried_as = created.id, updated_at = coalesce($3::timestamptz, statement_timestamp())
+      FROM created
+     WHERE jobs.id = created.retry_of
+), logged AS (
+    INSERT INTO job_events (job_id, seq, attempt, type, data)
+    SELECT id, 1, 0, 'status', jsonb_build_object('status', 'queued', 'retry_of', retry_of)
+      FROM created
+), booked AS (
+    INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
+    SELECT tenant_id, get_byte(uuid_send(id), 15) % 16, reserved_usd
+      FROM created
+     WHERE reserved_usd > 0
+    ON CONFLICT (tenant_id, shard) DO UPDATE
+       SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
+), counted AS (
+    INSERT INTO metric_totals AS m (backend, provider, jobs_created)
+    SELECT pg_backend_pid(), provider, 1 FROM created
+    ON CONFLICT (backend, provider) DO UPDATE
+       SET jobs_created = m.jobs_created + EXCLUDED.jobs_created
+)
+SELECT *, pg_notify('jobstream_jobs', provider) FROM created
+
+-- name: DELETE_FINISHED_JOB
+-- DELETE /v1/responses/{id} (jobs.delete_finished).
+-- A finished job goes with every row that belongs to it (events, attempts, webhook rows, as in
+-- DELETE_EXPIRED_JOBS); an unfinished one stays, as its worker still writes to it. The row is
+-- locked first, as every writer of a job locks it, so a job cannot finish between the check and
+-- the delete. Returns `finished` (true: deleted), or no row when the tenant has no such job.
+WITH job AS (
+    SELECT id, status IN ('succeeded', 'failed', 'cancelled', 'dead') AS finished
+      FROM jobs
+     WHERE id = $1 AND tenant_id = $2
+       FOR UPDATE
+), doomed AS (
+    SELECT id FROM job WHERE finished
+), events AS (
+    DELETE FROM job_events e USING doomed d WHERE e.job_id = d.id
+), attempts AS (
+    DELETE FROM job_attempts a USING doomed d WHERE a.job_id = d.id
+), hooks AS (
+    DELETE FROM webhook_deliveries w USING doomed d WHERE w.job_id = d.id
+), gone AS (
+    DELETE FROM jobs j USING doomed d WHERE j.id = d.id
+)
+SELECT finished FROM job

@@ -1,0 +1,134 @@
+-- Leases: the running attempts' renewals, and the reaper that takes back the jobs of attempts
+-- whose lease ran out (jobstream/attempts.py).
+-- `$n::timestamptz` "now" parameters may be NULL, which means the database clock:
+-- coalesce($n::timestamptz, statement_timestamp()) (jobstream/sql/__init__.py says why).
+
+-- name: RENEW_LEASES
+-- Renew the leases of every attempt a worker runs, in one statement per renewal tick. Fenced per
+-- attempt on its run token (in the locking subquery, which PostgreSQL re-checks on a row changed
+-- since the snapshot), so a fenced-out attempt learns it from its own row and the others are
+-- renewed. The rows are locked in id order and SKIP LOCKED: a row another transaction holds (this
+-- worker's own success batch, a cancel request) is left for the next tick instead of waited on,
+-- so a renewal can never close a lock cycle with another multi-row write. `mine` tells such a
+-- skipped attempt (still ours: try again soon) from a fenced one (the job moved on). An attempt
+-- is named by its run token, unique to it.
+-- $1 job ids, $2 their run tokens, $3 lease seconds, $4 now (NULL: the database's).
+WITH mine AS (
+    SELECT j.id, j.run_token
+      FROM jobs j
+      JOIN unnest($1::uuid[], $2::uuid[]) AS h (job_id, run_token)
+        ON j.id = h.job_id AND j.run_token = h.run_token
+     WHERE j.status IN ('running', 'cancelling')
+), renewed AS (
+    UPDATE jobs j
+       SET lease_until = coalesce($4::timestamptz, statement_timestamp())
+                         + make_interval(secs => $3)
+      FROM (SELECT j.id
+              FROM jobs j
+              JOIN unnest($1::uuid[], $2::uuid[]) AS h (job_id, run_token)
+                ON j.id = h.job_id AND j.run_token = h.run_token
+             WHERE j.status IN ('running', 'cancelling')
+             ORDER BY j.id
+               FOR NO KEY UPDATE OF j SKIP LOCKED) l
+     WHERE j.id = l.id
+    RETURNING j.id, j.status, j.cancel_requested_at
+)
+SELECT m.run_token, r.status, r.cancel_requested_at
+  FROM mine m
+  LEFT JOIN renewed r ON r.id = m.id
+
+-- name: SELECT_EXPIRED
+-- Leases that ran out: their worker died or lost the database. Locked one batch at a time.
+-- `ledger_shard`: the reaper settles its batch in (tenant, shard) order, the order every writer
+-- of tenant_ledger keeps, so that two reapers never wait on each other's shards in a cycle.
+SELECT *, get_byte(uuid_send(id), 15) % 16 AS ledger_shard
+  FROM jobs
+ WHERE status IN ('running', 'cancelling')
+   AND lease_until < coalesce($1::timestamptz, statement_timestamp())
+ ORDER BY lease_until
+ LIMIT $2
+   FOR UPDATE SKIP LOCKED
+
+-- name: REAP_TO_QUEUE
+-- Reaping, by the reaper that holds the row lock from SELECT_EXPIRED (so no fence is needed).
+UPDATE jobs
+   SET status = 'queued',
+       run_after = coalesce($3::timestamptz, statement_timestamp()),
+       run_token = NULL, lease_until = NULL, worker_id = NULL, error = $2,
+       updated_at = coalesce($3::timestamptz, statement_timestamp())
+ WHERE id = $1
+RETURNING *, pg_notify('jobstream_jobs', provider)
+
+-- name: REAP_TO_TERMINAL
+-- The same, when the job has no attempt left or was being cancelled.
+UPDATE jobs
+   SET status = $2, error = $3,
+       finished_at = coalesce($4::timestamptz, statement_timestamp()),
+       updated_at = coalesce($4::timestamptz, statement_timestamp()),
+       lease_until = NULL
+ WHERE id = $1
+RETURNING *
+
+-- name: MARK_ATTEMPT_LOST
+-- The INSERT after `ended` adds the attempt to the metrics' counters (metrics.sql), as
+-- FINISH_ATTEMPT (attempts.sql) does.
+WITH ended AS (
+    UPDATE job_attempts
+       SET outcome = 'lost', finished_at = coalesce($3::timestamptz, statement_timestamp()),
+           error_class = 'lost',
+           error_detail = 'lease expired: the worker stopped renewing it', cost_known = false
+     WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
+    RETURNING provider, outcome, cost_usd, cost_known, finished_at - started_at AS ran
+)
+INSERT INTO metric_totals AS m (backend, provider, succeeded, failed, unknown, cancelled, lost,
+                                interrupted, cost_usd, cost_unknown, run_counts, run_s)
+SELECT pg_backend_pid(), provider, count(*) FILTER (WHERE outcome = 'succeeded'),
+       count(*) FILTER (WHERE outcome = 'failed'), count(*) FILTER (WHERE outcome = 'unknown'),
+       count(*) FILTER (WHERE outcome = 'cancelled'), count(*) FILTER (WHERE outcome = 'lost'),
+       count(*) FILTER (WHERE outcome = 'interrupted'), coalesce(sum(cost_usd), 0),
+       count(*) FILTER (WHERE NOT cost_known),
+       -- run_counts: how many at or under each bound of DURATION_BUCKETS (jobstream/types.py),
+       -- written out: a SQL function doing the same doubled what counting cost.
+       ARRAY[count(*) FILTER (WHERE extract(epoch FROM ran) <= 0.05),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 0.1),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 0.25),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 0.5),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 1),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 2.5),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 5),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 10),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 30),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 60),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 120),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 300),
+             count(*) FILTER (WHERE extract(epoch FROM ran) <= 600)],
+       sum(extract(epoch FROM ran)::float8)
+  FROM ended
+ GROUP BY provider
+ON CONFLICT (backend, provider) DO UPDATE
+   SET succeeded = m.succeeded + EXCLUDED.succeeded,
+       failed = m.failed + EXCLUDED.failed,
+       unknown = m.unknown + EXCLUDED.unknown,
+       cancelled = m.cancelled + EXCLUDED.cancelled,
+       lost = m.lost + EXCLUDED.lost,
+       interrupted = m.interrupted + EXCLUDED.interrupted,
+       cost_usd = m.cost_usd + EXCLUDED.cost_usd,
+       cost_unknown = m.cost_unknown + EXCLUDED.cost_unknown,
+       run_counts = CASE
+           WHEN EXCLUDED.run_counts IS NULL THEN m.run_counts
+           WHEN m.run_counts IS NULL THEN EXCLUDED.run_counts
+           ELSE ARRAY[m.run_counts[1] + EXCLUDED.run_counts[1],
+                      m.run_counts[2] + EXCLUDED.run_counts[2],
+                      m.run_counts[3] + EXCLUDED.run_counts[3],
+                      m.run_counts[4] + EXCLUDED.run_counts[4],
+                      m.run_counts[5] + EXCLUDED.run_counts[5],
+                      m.run_counts[6] + EXCLUDED.run_counts[6],
+                      m.run_counts[7] + EXCLUDED.run_counts[7],
+                      m.run_counts[8] + EXCLUDED.run_counts[8],
+                      m.run_counts[9] + EXCLUDED.run_counts[9],
+                      m.run_counts[10] + EXCLUDED.run_counts[10],
+                      m.run_counts[11] + EXCLUDED.run_counts[11],
+                      m.run_counts[12] + EXCLUDED.run_counts[12],
+                      m.run_counts[13] + EXCLUDED.run_counts[13]]
+       END,
+       run_s = m.run_s + EXCLUDED.run_s

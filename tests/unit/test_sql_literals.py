@@ -1,0 +1,92 @@
+"""The statements in jobstream/sql spell out what Python names too: the NOTIFY channels, the
+statuses of `status IN (...)` lists and the histograms' bounds. These keep the two in step, and
+check that every block is run by the product and that nothing names a block that does not exist.
+(That every block parses: tests/integration/test_sql_blocks.py.)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from pathlib import Path
+
+from jobstream import channels
+from jobstream.sql import Queries, parse, queries
+from jobstream.types import ACTIVE_STATUSES, DURATION_BUCKETS, TERMINAL_STATUSES
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCKS = {f.name: getattr(queries, f.name) for f in fields(Queries)}
+EVERY_STATEMENT = "\n".join(BLOCKS.values())
+# Where the product runs them; the tests may name them too.
+PRODUCT = ("server", "worker", "jobstream", "bench")
+_NAMED = re.compile(r"\bqueries\.([A-Z][A-Z_]*)\b")
+
+
+def named_in(*directories: str) -> set[str]:
+    return {
+        name
+        for directory in directories
+        for source in (ROOT / directory).rglob("*.py")
+        for name in _NAMED.findall(source.read_text(encoding="utf-8"))
+    }
+
+
+def test_a_block_is_its_statement_without_its_header_and_notes() -> None:
+    text = (
+        "-- the file's notes\n\n"
+        "-- name: ONE\n-- why\n-- and why\nSELECT 1\n  -- kept\n  FROM t\n\n"
+        "-- name: TWO\nSELECT 2\n"
+    )
+    assert parse(text) == {
+        "ONE": "SELECT 1\n  -- kept\n  FROM t",
+        "TWO": "SELECT 2",
+    }
+
+
+def test_every_block_is_run_by_the_product() -> None:
+    assert set(BLOCKS) - named_in(*PRODUCT) == set()
+
+
+def test_no_code_names_a_block_that_does_not_exist() -> None:
+    assert named_in(*PRODUCT, "tests") - set(BLOCKS) == set()
+
+
+def test_statements_notify_on_the_channels_the_listeners_listen_on() -> None:
+    notified = re.findall(r"pg_notify\(('?)(\w+)", EVERY_STATEMENT)
+    assert all(quote for quote, _ in notified), "a channel that is not a literal"
+    assert {channel for _, channel in notified} == {
+        channels.CHANNEL_EVENTS,
+        channels.CHANNEL_JOBS,
+        channels.CHANNEL_CANCEL,
+    }
+
+
+def test_status_lists_are_the_active_or_the_terminal_statuses() -> None:
+    lists = re.findall(r"status IN \(([^)]*)\)", EVERY_STATEMENT)
+    assert len(lists) >= 10
+    for listed in lists:
+        statuses = re.findall(r"'(\w+)'", listed)
+        assert ", ".join(f"'{s}'" for s in statuses) == listed
+        assert frozenset(statuses) in (ACTIVE_STATUSES, TERMINAL_STATUSES), listed
+
+
+def test_histograms_count_at_each_of_the_duration_buckets() -> None:
+    histograms = re.findall(r"ARRAY\[(count\(\*\) FILTER .*?)\]", EVERY_STATEMENT, re.S)
+    assert len(histograms) == 4  # queue waits (claims), run times (3 statements end attempts)
+    for histogram in histograms:
+        assert histogram.count("count(*)") == len(DURATION_BUCKETS)
+        bounds = re.findall(r"<= ([0-9.]+)\)", histogram)
+        assert [float(b) for b in bounds] == list(DURATION_BUCKETS)
+
+
+def test_histograms_are_added_bucket_by_bucket() -> None:
+    added = re.findall(r"ELSE ARRAY\[(.*?)\]\s+END", EVERY_STATEMENT, re.S)
+    # CLAIM_JOBS, SUCCEED_ATTEMPTS, FINISH_ATTEMPT, MARK_ATTEMPT_LOST, and FOLD_METRIC_TOTALS' two
+    assert len(added) == 6
+    assert len(added) == EVERY_STATEMENT.count("ELSE ARRAY[")
+    for sums in added:
+        terms = re.findall(r"m\.(\w+)\[(\d+)\] \+ EXCLUDED\.(\w+)\[(\d+)\]", sums)
+        assert len(terms) == len(DURATION_BUCKETS) == sums.count("+")
+        for i, (column, at, excluded, excluded_at) in enumerate(terms, start=1):
+            assert (column, int(at), int(excluded_at)) == (excluded, i, i)
+            assert column == terms[0][0]
