@@ -1,0 +1,125 @@
+"""Group commit: many tasks' writes, sent together as one statement and one commit.
+
+A task hands over its item and waits for its own answer; one writer task sends whatever arrived
+meanwhile in one statement. Both of a worker's hot writes work so (worker/completions.py,
+worker/token_writes.py): alone, each item would be a transaction, and commits (each a WAL flush,
+and with a NOTIFY a cluster-wide lock) are what PostgreSQL runs out of first.
+
+The statements are fenced per item, so a fenced-out item learns it from its own answer and the
+others land. A statement the database refuses is retried item by item, so that only the item at
+fault sees the error; a lost connection fails the whole batch (each write is then in doubt, and
+every caller's fence makes its retry safe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+import structlog
+
+from jobstream import db
+
+log = structlog.get_logger(__name__)
+
+Item = TypeVar("Item")
+Answer = TypeVar("Answer")
+
+
+class GroupWriter(Generic[Item, Answer]):
+    """Items written `max_batch` at a time by `write_many`, which answers each in order.
+
+    `in_flight` batches may be under way at once, each on its own connection. `min_interval_s`
+    spaces the writes: a write that took less waits out the rest, so that what arrives meanwhile
+    joins the next statement instead of costing a commit of its own.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        write_many: Callable[[Sequence[Item]], Awaitable[Sequence[Answer]]],
+        *,
+        max_batch: int,
+        in_flight: int = 1,
+        min_interval_s: float = 0.0,
+    ) -> None:
+        self._name = name
+        self._write_many = write_many
+        self._max_batch = max_batch
+        self._in_flight = in_flight
+        self._min_interval_s = min_interval_s
+        self._items: list[Item] = []
+        self._waiting: list[asyncio.Future[Answer]] = []
+        self._arrived = asyncio.Event()
+
+    async def submit(self, item: Item) -> Answer:
+        """Write `item` with the others of its turn; its answer, or the database's error."""
+        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._items.append(item)
+        self._waiting.append(answer)
+        self._arrived.set()
+        return await answer
+
+    async def run(self) -> None:
+        """The writer: until cancelled, write what is pending."""
+        loop = asyncio.get_running_loop()
+        writes: set[asyncio.Task[None]] = set()
+        room = asyncio.Semaphore(self._in_flight)
+        try:
+            while True:
+                await self._arrived.wait()
+                await room.acquire()
+                n = self._max_batch
+                items, self._items = self._items[:n], self._items[n:]
+                waiting, self._waiting = self._waiting[:n], self._waiting[n:]
+                if not self._items:
+                    self._arrived.clear()
+                if not items:
+                    room.release()
+                    continue
+                started = loop.time()
+                write = asyncio.create_task(
+                    self._write(items, waiting), name=f"{self._name}:{len(items)}"
+                )
+                writes.add(write)
+                write.add_done_callback(writes.discard)
+                write.add_done_callback(lambda _: room.release())
+                if self._min_interval_s > 0:
+                    await asyncio.wait({write})
+                    rest = started + self._min_interval_s - loop.time()
+                    if rest > 0:
+                        await asyncio.sleep(rest)
+        finally:
+            for write in writes:
+                write.cancel()
+            await asyncio.gather(*writes, return_exceptions=True)
+
+    async def _write(self, items: list[Item], waiting: list[asyncio.Future[Answer]]) -> None:
+        try:
+            answers = await self._write_many(items)
+        except db.DISCONNECTS as exc:
+            for future in waiting:
+                _settle(future, exc)
+            return
+        except Exception:
+            log.warning("group_write_refused", writer=self._name, size=len(items), exc_info=True)
+            for item, future in zip(items, waiting, strict=True):
+                try:
+                    (answer,) = await self._write_many([item])
+                except Exception as exc:
+                    _settle(future, exc)
+                else:
+                    _settle(future, answer)
+            return
+        for future, answer in zip(waiting, answers, strict=True):
+            _settle(future, answer)
+
+
+def _settle(future: asyncio.Future[Answer], outcome: Answer | BaseException) -> None:
+    if future.done():  # its caller was cancelled while it waited
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
