@@ -12,8 +12,8 @@
    queued and 50 running jobs; then VACUUM ANALYZE, as autovacuum would have. On it:
    - `GET /metrics` through a real server process, sequentially: p50 / p99 (target p99 <= 50 ms),
      with the janitor idle and while it works;
-   - claim latency (attempts.claim_batch of one job) and token-append latency (one chunk,
-     attempts.append_tokens), the janitor idle and the janitor working through the backlog,
+   - claim latency (claims.claim_batch of one job) and token-append latency (one chunk,
+     token_appends.append_tokens), the janitor idle and the janitor working through the backlog,
      sixteen phases of 75 cycles, alternately idle and working (target: within 1.2x);
    - the janitor's rates: jobs settled (compacted) and deleted per second, rows per second, and
      its batches' durations (each batch is one transaction).
@@ -43,8 +43,9 @@ import httpx
 from bench import queue_common as common
 from bench.postgres import durable_postgres
 from bench.queue_common import Latency
-from jobstream import attempts, db, jobs, migrations, retention
-from jobstream.attempts import Claimed, Success
+from jobstream import attempts, claims, db, jobs, migrations, retention, token_appends
+from jobstream.attempts import Success
+from jobstream.claims import Claimed
 from jobstream.clock import DatabaseClock
 from jobstream.embedded_pg import free_port
 from jobstream.jobs import NewJob
@@ -166,7 +167,7 @@ async def counter_costs(admin_url: str) -> list[tuple[str, Explained]]:
             await conn.execute("UPDATE tenants SET max_running = 100000")
         for _ in range(5):
             await jobs.create_many(pool, "default", [NewJob(SPEC) for _ in range(1000)])
-        running = await attempts.claim_batch(
+        running = await claims.claim_batch(
             pool, providers=[PROVIDER], worker_id="bench", lease_s=600, clock=CLOCK, max_jobs=16
         )
         await pool.execute("VACUUM ANALYZE")
@@ -284,7 +285,7 @@ async def seed(url: str, n_jobs: int, per_job: int) -> float:
     try:
         for _ in range(2):
             await jobs.create_many(pool, "default", [NewJob(SPEC) for _ in range(1000)])
-        await attempts.claim_batch(
+        await claims.claim_batch(
             pool, providers=[PROVIDER], worker_id="bench-idle", lease_s=86400, clock=CLOCK,
             max_jobs=50,
         )  # fmt: skip
@@ -381,7 +382,7 @@ async def hot_path(pool: asyncpg.Pool, phase: Phase, calls: int) -> None:
     usage = Usage(input_tokens=3, output_tokens=3, cost_usd=Decimal("0.00001"))
     for _ in range(calls):
         t0 = time.perf_counter()
-        held = await attempts.claim(
+        held = await claims.claim(
             pool, providers=[PROVIDER], worker_id="bench", lease_s=60, clock=CLOCK
         )
         phase.claims.append(time.perf_counter() - t0)
@@ -389,7 +390,7 @@ async def hot_path(pool: asyncpg.Pool, phase: Phase, calls: int) -> None:
         at = 0
         for chunk in ("0 ", "1 ", "2 "):
             t0 = time.perf_counter()
-            await attempts.append_tokens(pool, held, [chunk], at=at)
+            await token_appends.append_tokens(pool, held, [chunk], at=at)
             phase.appends.append(time.perf_counter() - t0)
             at += len(chunk)
         await attempts.accept(pool, Success(held, "0 1 2 ", usage), CLOCK)

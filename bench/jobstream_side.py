@@ -15,7 +15,7 @@ import httpx
 from bench import http_load
 from bench import queue_common as common
 from bench.queue_common import Drained, Enqueued, Latency, Snapshot, Steady
-from jobstream import attempts, db, jobs, migrations
+from jobstream import claims, db, jobs, migrations
 from jobstream.clock import DatabaseClock
 from jobstream.embedded_pg import free_port
 from jobstream.jobspec import JobSpec
@@ -350,7 +350,7 @@ def claimer(max_jobs: int) -> tuple[str, Claim]:
     else as many claim() calls in a row (what a worker filling `max_jobs` slots does today)."""
     clock = DatabaseClock()
     limits = {"openai": 16}
-    batch = getattr(attempts, "claim_batch", None)
+    batch = getattr(claims, "claim_batch", None)
     if batch is not None:
 
         async def claim_many(pool: asyncpg.Pool) -> list[uuid.UUID]:
@@ -365,7 +365,7 @@ def claimer(max_jobs: int) -> tuple[str, Claim]:
     async def claim_each(pool: asyncpg.Pool) -> list[uuid.UUID]:
         ids = []
         for _ in range(max_jobs):
-            held = await attempts.claim(
+            held = await claims.claim(
                 pool, providers=[PROVIDER], worker_id="bench", lease_s=30, clock=clock,
                 limits=limits,
             )  # fmt: skip

@@ -40,7 +40,7 @@ completion, and for jobstream its event log and attempt records.
     and jobs.create called in this process (with a key), which is what PgQueuer's Queries.enqueue
     (1 and 32 callers, and 1,000 jobs a call; no dedupe key) compares with directly.
 (d) claim latency: one round trip of the worker's claim with 1,000 and 100,000 jobs queued
-    (attempts.claim_batch when this checkout has it, else attempts.claim, once or 32 times in a
+    (claims.claim_batch when this checkout has it, else claims.claim, once or 32 times in a
     row) against PgQueuer's Queries.dequeue(batch_size 1 and 32). Between timed calls the jobs
     taken are ended and as many queued again, so every call sees the same queue.
 """
@@ -65,7 +65,7 @@ from bench import jobstream_side, pgqueuer_side
 from bench.pgqueuer_side import Shape
 from bench.postgres import durable_postgres
 from bench.queue_common import Enqueued, Latency, Steady
-from jobstream import attempts, logs
+from jobstream import claims, logs
 
 JOBSTREAM, PGQUEUER = "jobstream", "pgqueuer"
 SCENARIOS = ("drain", "steady", "enqueue", "claim")
@@ -240,9 +240,9 @@ async def _run(options: Options, admin_url: str) -> None:
     print(header, flush=True)
     batch_api = await jobstream_side.probe_batch(admin_url)
     batch_note = "yes" if batch_api else "no (404: n/a, and jobs.create is used to fill queues)"
-    claim_note = "yes" if hasattr(attempts, "claim_batch") else "no (attempts.claim is used)"
+    claim_note = "yes" if hasattr(claims, "claim_batch") else "no (claims.claim is used)"
     notes = (f"jobstream POST /api/jobs/batch: {batch_note}\n"
-             f"jobstream attempts.claim_batch: {claim_note}")  # fmt: skip
+             f"jobstream claims.claim_batch: {claim_note}")  # fmt: skip
     print(notes, flush=True)
     table = Table()
     sections = {"drain": _drain, "steady": _steady, "enqueue": _enqueue, "claim": _claim}

@@ -20,7 +20,7 @@ import asyncpg
 import structlog
 
 from jobstream import attempts, db, pauses
-from jobstream.attempts import Claimed
+from jobstream.claims import Claimed
 from jobstream.clock import Clock
 from jobstream.errors import Fenced, ProviderError
 from jobstream.settings import Settings

@@ -16,8 +16,8 @@ import uuid
 import asyncpg
 import structlog
 
-from jobstream import attempts, db
-from jobstream.attempts import Claimed
+from jobstream import db, renewals
+from jobstream.claims import Claimed
 from jobstream.clock import Clock
 from worker.inbox import CancelRequested, Inbox, LeaseLost
 
@@ -96,7 +96,7 @@ class Leases:
             # connection) cannot save it: give up on that one then, rather than keep streaming
             # (and paying the provider) for a job that another worker may hold by now.
             async with asyncio.timeout_at(min(lease.deadline for lease in leases)):
-                renewal = await attempts.renew_many(
+                renewal = await renewals.renew_many(
                     self._pool, [lease.held for lease in leases], self._lease_s, self._clock
                 )
         except Exception as exc:

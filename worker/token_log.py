@@ -16,9 +16,10 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import asyncpg
 
-from jobstream import attempts, db
-from jobstream.attempts import Appended, Claimed, TokenAppend
+from jobstream import db, token_appends
+from jobstream.claims import Claimed
 from jobstream.errors import Fenced, JobstreamError
+from jobstream.token_appends import Appended, TokenAppend
 
 # Offset refusals in a row before giving up. Each one means another write of this attempt
 # landed since the offset was read; only writes already sent can do that, so a second refusal
@@ -62,7 +63,7 @@ class TokenLog:
         landed = 0  # characters of `chunks` the log already holds
         for _ in range(MAX_REFUSALS):
             if self._in_doubt:
-                landed = await attempts.written_chars(self._pool, self._held) - start
+                landed = await token_appends.written_chars(self._pool, self._held) - start
                 self._in_doubt = False
             rest = _drop(chunks, landed)
             if not rest:
@@ -87,7 +88,7 @@ class TokenLog:
 
 
 async def _alone(pool: asyncpg.Pool, append: TokenAppend) -> Appended:
-    (answer,) = await attempts.append_tokens_many(pool, [append])
+    (answer,) = await token_appends.append_tokens_many(pool, [append])
     return answer
 
 

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from jobstream import attempts
-from jobstream.attempts import Appended, TokenAppend
+from jobstream import token_appends
+from jobstream.token_appends import Appended, TokenAppend
 from worker.group_write import GroupWriter
 
 # The most chunks one statement writes; more wait for the next.
@@ -29,7 +29,7 @@ MAX_BATCH = 500
 class TokenWrites:
     def __init__(self, pool: asyncpg.Pool, *, min_interval_s: float) -> None:
         async def append_many(appends: Sequence[TokenAppend]) -> list[Appended]:
-            return await attempts.append_tokens_many(pool, appends)
+            return await token_appends.append_tokens_many(pool, appends)
 
         self._writer = GroupWriter(
             "token-writes", append_many, max_batch=MAX_BATCH, min_interval_s=min_interval_s

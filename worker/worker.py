@@ -22,8 +22,8 @@ from typing import Any
 import asyncpg
 import structlog
 
-from jobstream import attempts, channels, db
-from jobstream.attempts import Claimed
+from jobstream import attempts, channels, claims, db
+from jobstream.claims import Claimed
 from jobstream.clock import Clock, DatabaseClock
 from jobstream.listener import Listener
 from jobstream.settings import Settings
@@ -188,11 +188,11 @@ class Worker:
                 log.info("worker_stopped", results=dict(self.results))
 
     async def _claim_loop(self, pool: asyncpg.Pool) -> None:
-        claims: set[asyncio.Task[None]] = set()
+        in_flight: set[asyncio.Task[None]] = set()
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
-                await self._round(pool, claims)
+                await self._round(pool, in_flight)
                 try:
                     async with asyncio.timeout(self._settings.poll_interval_s):
                         await self._wake.wait()
@@ -202,8 +202,8 @@ class Worker:
         finally:
             # A claim under way finishes and starts its attempts, so that the drain that
             # follows hands their jobs back rather than leave them to lease expiry.
-            if claims:
-                await asyncio.wait(claims)
+            if in_flight:
+                await asyncio.wait(in_flight)
 
     async def _gather_free_slots(self) -> None:
         """A busy worker waits a moment for more slots to free before it claims.
@@ -221,7 +221,7 @@ class Worker:
         except TimeoutError:
             pass
 
-    async def _round(self, pool: asyncpg.Pool, claims: set[asyncio.Task[None]]) -> None:
+    async def _round(self, pool: asyncpg.Pool, in_flight: set[asyncio.Task[None]]) -> None:
         # Expired leases are rare; a round is as frequent as a finished attempt. Look for them
         # once per poll interval, not on every round of a busy worker.
         now = asyncio.get_running_loop().time()
@@ -239,18 +239,18 @@ class Worker:
         # (locks, the claim, the tenants' recount, the commit), so a second may start while one
         # is under way, for the slots freed meanwhile: claiming never waits on one transaction.
         free = self._settings.worker_concurrency - self.running_count - self._claiming
-        if free > 0 and len(claims) < CLAIMS_IN_FLIGHT and not self._stopping.is_set():
+        if free > 0 and len(in_flight) < CLAIMS_IN_FLIGHT and not self._stopping.is_set():
             self._claiming += free
             task = asyncio.create_task(self._claim(pool, free), name=f"claim:{self.worker_id}")
-            claims.add(task)
-            task.add_done_callback(claims.discard)
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
 
     async def _claim(self, pool: asyncpg.Pool, slots: int) -> None:
         """Claim up to `slots` jobs and start an attempt for each."""
         batch: list[Claimed] = []
         try:
             claimed_at = asyncio.get_running_loop().time()
-            batch = await attempts.claim_batch(
+            batch = await claims.claim_batch(
                 pool,
                 providers=list(self._providers),
                 worker_id=self.worker_id,

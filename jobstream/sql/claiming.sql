@@ -1,4 +1,4 @@
--- Claiming jobs (jobstream/attempts.py, claim_batch) and the provider-wide pause that claims obey
+-- Claiming jobs (jobstream/claims.py, claim_batch) and the provider-wide pause that claims obey
 -- (jobstream/pauses.py).
 -- `$n::timestamptz` "now" parameters may be NULL, which means the database clock:
 -- coalesce($n::timestamptz, statement_timestamp()) (jobstream/sql/__init__.py says why).
@@ -45,7 +45,7 @@ RETURNING provider
 --   not jobs: an attempt row is `running` from its claim until its outcome is written, which is
 --   after its HTTP request has closed.
 -- - `tenant_room`: a tenant at its running limit is skipped. Its count comes from this
---   statement's snapshot: two claims at once can both see room, so attempts.claim re-counts
+--   statement's snapshot: two claims at once can both see room, so claims.claim_batch re-counts
 --   after locking the tenant's row (TENANTS_OVER_LIMIT) and rolls back an overrun.
 -- - `open`: queues with a runnable head (`run_after <= now`: backoff and delayed jobs wait), of
 --   a provider with room that no 429 has paused. `tenant_turn` ranks a tenant's queues by

@@ -1,5 +1,5 @@
 -- An attempt's token text: the worker's batched appends (worker/token_writes.py through
--- jobstream/attempts.py) and what the attempt reads back after a write in doubt.
+-- jobstream/token_appends.py) and what the attempt reads back after a write in doubt.
 
 -- name: APPEND_TOKENS_MANY
 -- Append token chunks for many attempts at once (a worker's streams of one write tick, or one

@@ -10,8 +10,8 @@ from datetime import timedelta
 import asyncpg
 import orjson
 
-from jobstream import attempts, jobs
-from jobstream.attempts import Claimed
+from jobstream import claims, jobs
+from jobstream.claims import Claimed
 from jobstream.clock import Clock, DatabaseClock
 from jobstream.jobs import NewJob
 from jobstream.jobspec import JobSpec
@@ -33,7 +33,7 @@ async def enqueue(
 
 
 async def claim(pool: asyncpg.Pool, n: int, clock: Clock = CLOCK, who: str = "w") -> list[Claimed]:
-    return await attempts.claim_batch(
+    return await claims.claim_batch(
         pool, providers=["simulated"], worker_id=who, lease_s=30, clock=clock, max_jobs=n
     )
 

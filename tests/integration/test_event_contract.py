@@ -9,7 +9,7 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import attempts, events, jobs
+from jobstream import attempts, claims, events, jobs
 from jobstream.jobspec import JobSpec
 from jobstream.usage import Usage
 from tests.support import attempt_driver as drive
@@ -96,9 +96,7 @@ async def test_a_lost_attempt_ends_the_job_with_done(pool: asyncpg.Pool, cancell
     spec = JobSpec(prompt="p", provider="simulated", max_attempts=1)
     job_id = (await jobs.create(pool, "default", spec, None)).job["id"]
     clock = ManualClock()
-    held = await attempts.claim(
-        pool, providers=["simulated"], worker_id="w", lease_s=1, clock=clock
-    )
+    held = await claims.claim(pool, providers=["simulated"], worker_id="w", lease_s=1, clock=clock)
     assert held is not None
     if cancelling:
         await jobs.cancel(pool, "default", job_id, clock)

@@ -8,7 +8,7 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import attempts, jobs
+from jobstream import attempts, claims, jobs
 from jobstream.attempts import Success
 from jobstream.clock import DatabaseClock
 from jobstream.errors import BudgetExceeded
@@ -50,9 +50,7 @@ async def test_success_charges_the_accepted_price_once_and_frees_the_reservation
     pool: asyncpg.Pool,
 ) -> None:
     await jobs.create(pool, "default", spec(), None, reserved_usd=Decimal("0.5"))
-    held = await attempts.claim(
-        pool, providers=["simulated"], worker_id="w", lease_s=30, clock=CLOCK
-    )
+    held = await claims.claim(pool, providers=["simulated"], worker_id="w", lease_s=30, clock=CLOCK)
     assert held is not None
     await attempts.accept(pool, Success(held, "text", Usage(3, 4, Decimal("0.2"))), CLOCK)
     assert await tenant_money(pool) == (Decimal(0), Decimal("0.2"))
@@ -68,7 +66,7 @@ async def test_every_other_end_releases_the_reservation(pool: asyncpg.Pool, end:
     if end == "cancel_queued":
         await jobs.cancel(pool, "default", job_id, CLOCK)
     else:
-        held = await attempts.claim(
+        held = await claims.claim(
             pool, providers=["simulated"], worker_id="w", lease_s=30, clock=CLOCK
         )
         assert held is not None

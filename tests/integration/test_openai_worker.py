@@ -13,7 +13,7 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import attempts
+from jobstream import claims
 from jobstream.settings import Settings
 from tests.support.fake_openai import FakeOpenAI, Reply, expected_text, prompt_tokens
 from tests.support.openai_jobs import (
@@ -78,7 +78,7 @@ async def test_a_429_waits_out_retry_after_pauses_the_provider_and_costs_nothing
         # The pause holds every openai job, for every worker.
         other = await create_openai_job(pool, ai_settings, "another job")
         worker.wake()
-        probe = await attempts.claim(
+        probe = await claims.claim(
             pool, providers=["openai"], worker_id="probe", lease_s=30, clock=clock,
             limits=ai_settings.provider_limits,
         )  # fmt: skip

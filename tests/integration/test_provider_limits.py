@@ -12,8 +12,9 @@ from decimal import Decimal
 
 import asyncpg
 
-from jobstream import attempts, db, migrations
-from jobstream.attempts import Claimed, Success
+from jobstream import attempts, claims, db, migrations
+from jobstream.attempts import Success
+from jobstream.claims import Claimed
 from jobstream.clock import DatabaseClock
 from jobstream.sql import queries
 from jobstream.usage import Usage
@@ -26,7 +27,7 @@ CLAIMERS = 12  # the wide_pool fixture has a connection for each
 
 
 async def claim(pool: asyncpg.Pool, providers: list[str], worker: str) -> Claimed | None:
-    return await attempts.claim(
+    return await claims.claim(
         pool,
         providers=providers,
         worker_id=worker,

@@ -9,8 +9,8 @@ from decimal import Decimal
 
 import asyncpg
 
-from jobstream import attempts, jobs
-from jobstream.attempts import Claimed
+from jobstream import claims, jobs
+from jobstream.claims import Claimed
 from jobstream.clock import DatabaseClock
 from jobstream.jobspec import JobSpec
 
@@ -21,9 +21,7 @@ CLAIMERS = 12  # the wide_pool fixture has a connection for each
 async def race(pool: asyncpg.Pool) -> list[Claimed]:
     results = await asyncio.gather(
         *(
-            attempts.claim(
-                pool, providers=["simulated"], worker_id=f"w{i}", lease_s=30, clock=CLOCK
-            )
+            claims.claim(pool, providers=["simulated"], worker_id=f"w{i}", lease_s=30, clock=CLOCK)
             for i in range(CLAIMERS)
         )
     )
@@ -70,11 +68,11 @@ async def test_claims_and_creates_of_one_tenant_never_deadlock(wide_pool: asyncp
             )
             for _ in range(CLAIMERS // 2)
         ]  # fmt: skip
-        claims = [
-            attempts.claim(
+        claiming = [
+            claims.claim(
                 wide_pool, providers=["simulated"], worker_id=f"w{i}", lease_s=30, clock=CLOCK
             )
             for i in range(CLAIMERS // 2)
         ]
-        results = await asyncio.gather(*creates, *claims, return_exceptions=True)
+        results = await asyncio.gather(*creates, *claiming, return_exceptions=True)
         assert not [r for r in results if isinstance(r, BaseException)]

@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from jobstream import attempts
+from jobstream import claims
 from jobstream.clock import DatabaseClock
 from jobstream.db import Conn
 from tests.support.workers import create_job, event_list, reassemble
@@ -81,7 +81,7 @@ class FlakyPool:
 async def held_log(pool: asyncpg.Pool) -> tuple[uuid.UUID, FlakyPool, TokenLog]:
     """A claimed job and its attempt's token log, writing through a FlakyPool."""
     job_id = await create_job(pool)
-    held = await attempts.claim(
+    held = await claims.claim(
         pool, providers=["simulated"], worker_id="w", lease_s=30, clock=DatabaseClock()
     )
     assert held is not None and held.job_id == job_id

@@ -6,8 +6,8 @@ import asyncio
 
 import asyncpg
 
-from jobstream import attempts
-from jobstream.attempts import TokenAppend
+from jobstream import attempts, claims, token_appends
+from jobstream.token_appends import TokenAppend
 from tests.support.workers import create_job, event_list, manual_clock, reassemble
 from worker.token_writes import TokenWrites
 
@@ -21,11 +21,11 @@ async def test_one_fenced_stream_in_a_group_write_does_not_cost_the_others_their
     for _ in range(4):
         await create_job(pool)
     claim = {"providers": ["simulated"], "worker_id": "w", "lease_s": LEASE_S, "clock": clock}
-    stale = await attempts.claim(pool, **claim)  # type: ignore[arg-type]
+    stale = await claims.claim(pool, **claim)  # type: ignore[arg-type]
     assert stale is not None
     clock.advance(LEASE_S + 1)
     assert await attempts.reap_expired(pool, clock) == 1
-    others = await attempts.claim_batch(pool, max_jobs=4, **claim)  # type: ignore[arg-type]
+    others = await claims.claim_batch(pool, max_jobs=4, **claim)  # type: ignore[arg-type]
     assert stale.job_id in {held.job_id for held in others}  # it runs again, under a new token
     writes = TokenWrites(pool, min_interval_s=0.05)
     writer = asyncio.create_task(writes.run())
@@ -57,14 +57,14 @@ async def test_the_writer_answers_each_stream_in_order_and_refuses_a_stale_offse
 ) -> None:
     clock = manual_clock()
     job_id = await create_job(pool)
-    held = await attempts.claim(
+    held = await claims.claim(
         pool, providers=["simulated"], worker_id="w", lease_s=LEASE_S, clock=clock
     )
     assert held is not None
-    (first,) = await attempts.append_tokens_many(pool, [TokenAppend(held, ["ab", "cd"], 0)])
+    (first,) = await token_appends.append_tokens_many(pool, [TokenAppend(held, ["ab", "cd"], 0)])
     # The same offset again (a write in doubt sent twice): refused, the job still held.
-    (again,) = await attempts.append_tokens_many(pool, [TokenAppend(held, ["ab"], 0)])
-    (after,) = await attempts.append_tokens_many(pool, [TokenAppend(held, ["e"], 4)])
+    (again,) = await token_appends.append_tokens_many(pool, [TokenAppend(held, ["ab"], 0)])
+    (after,) = await token_appends.append_tokens_many(pool, [TokenAppend(held, ["e"], 4)])
     assert first.held and first.last_seq is not None
     assert (again.held, again.last_seq) == (True, None)
     assert after.last_seq == first.last_seq + 1

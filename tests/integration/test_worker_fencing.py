@@ -9,8 +9,9 @@ from decimal import Decimal
 
 import asyncpg
 
-from jobstream import attempts, db
-from jobstream.attempts import Claimed, Success
+from jobstream import attempts, claims, db, renewals, token_appends
+from jobstream.attempts import Success
+from jobstream.claims import Claimed
 from jobstream.errors import Fenced
 from jobstream.settings import Settings
 from jobstream.usage import Usage
@@ -40,7 +41,7 @@ async def expire_and_reap(pool: asyncpg.Pool, clock: ManualClock) -> None:
 
 
 async def claim(pool: asyncpg.Pool, clock: ManualClock, worker_id: str) -> Claimed:
-    held = await attempts.claim(
+    held = await claims.claim(
         pool, providers=["simulated"], worker_id=worker_id, lease_s=LEASE_S, clock=clock
     )
     assert held is not None
@@ -48,7 +49,7 @@ async def claim(pool: asyncpg.Pool, clock: ManualClock, worker_id: str) -> Claim
 
 
 async def renew(pool: asyncpg.Pool, held: Claimed, clock: ManualClock) -> None:
-    if held.run_token not in (await attempts.renew_many(pool, [held], LEASE_S, clock)).renewed:
+    if held.run_token not in (await renewals.renew_many(pool, [held], LEASE_S, clock)).renewed:
         raise Fenced("not renewed")
 
 
@@ -71,7 +72,7 @@ async def test_every_write_with_a_stale_run_token_changes_nothing(pool: asyncpg.
     usage = Usage(output_tokens=1, cost_usd=Decimal("0.01"))
     writes = {
         "renew": renew(pool, stale, clock),
-        "append_tokens": attempts.append_tokens(pool, stale, ["stale "], at=0),
+        "append_tokens": token_appends.append_tokens(pool, stale, ["stale "], at=0),
         "succeed": attempts.accept(pool, Success(stale, "stale", usage), clock),
         "fail": attempts.fail(
             pool,
@@ -119,7 +120,7 @@ async def test_one_renewal_renews_many_fences_the_stale_and_waits_for_none(
         # wait for it, nor take it for lost.
         await other.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", locked.job_id)
         async with asyncio.timeout(5):
-            renewal = await attempts.renew_many(
+            renewal = await renewals.renew_many(
                 pool, [stale, current, locked, free], LEASE_S, clock
             )
     assert current.job_id == stale_job

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 import structlog
 
-from jobstream import attempts
+from jobstream import claims
 from jobstream.settings import Settings
 from tests.support.gated_provider import GatedProvider
 from tests.support.workers import (
@@ -123,7 +123,7 @@ async def test_a_transient_fault_is_retried_after_its_jittered_backoff(
         assert queued["error"] == {"class": "transient", "message": queued["error"]["message"]}
         # Not before its time: a claim now finds nothing.
         assert (
-            await attempts.claim(
+            await claims.claim(
                 pool, providers=["simulated"], worker_id="probe", lease_s=30, clock=clock
             )
             is None
@@ -177,7 +177,7 @@ async def test_rate_limited_waits_out_retry_after_and_pauses_the_provider(
         other = await create_job(pool, simulate=fast(4))
         worker.wake()
         assert (
-            await attempts.claim(
+            await claims.claim(
                 pool, providers=["simulated"], worker_id="probe", lease_s=30, clock=clock
             )
             is None

@@ -9,8 +9,9 @@ from decimal import Decimal
 
 import asyncpg
 
-from jobstream import attempts
-from jobstream.attempts import Claimed, Success
+from jobstream import attempts, claims, token_appends
+from jobstream.attempts import Success
+from jobstream.claims import Claimed
 from jobstream.clock import DatabaseClock
 from jobstream.usage import Usage
 
@@ -18,7 +19,7 @@ CLOCK = DatabaseClock()
 
 
 async def claim(pool: asyncpg.Pool, *, lease_s: float = 60) -> Claimed:
-    held = await attempts.claim(
+    held = await claims.claim(
         pool, providers=["simulated"], worker_id="test-driver", lease_s=lease_s, clock=CLOCK
     )
     assert held is not None, "no queued job to claim"
@@ -27,8 +28,8 @@ async def claim(pool: asyncpg.Pool, *, lease_s: float = 60) -> Claimed:
 
 async def tokens(pool: asyncpg.Pool, held: Claimed, texts: list[str]) -> int:
     """Append `texts` after whatever the attempt's text holds; returns the new last_seq."""
-    at = await attempts.written_chars(pool, held)
-    last_seq = await attempts.append_tokens(pool, held, texts, at=at)
+    at = await token_appends.written_chars(pool, held)
+    last_seq = await token_appends.append_tokens(pool, held, texts, at=at)
     assert last_seq is not None, "the log's offset moved between the read and the append"
     return last_seq
 

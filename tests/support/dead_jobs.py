@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncpg
 
-from jobstream import attempts
+from jobstream import attempts, claims, token_appends
 from jobstream.clock import DatabaseClock
 from tests.support.clock import ManualClock
 
@@ -40,11 +40,11 @@ def delayed(tokens: int) -> dict[str, Any]:
 async def die(pool: asyncpg.Pool, job_id: uuid.UUID, texts: list[str]) -> None:
     """Run the delayed job's one attempt: it writes `texts`, then the job is dead."""
     later = ManualClock(datetime.now(UTC) + timedelta(seconds=2 * DELAY_S))
-    held = await attempts.claim(
+    held = await claims.claim(
         pool, providers=["simulated"], worker_id="test-dying", lease_s=60, clock=later
     )
     assert held is not None and held.job_id == job_id, "the delayed job was not the one claimed"
-    assert await attempts.append_tokens(pool, held, texts, at=0) is not None
+    assert await token_appends.append_tokens(pool, held, texts, at=0) is not None
     await attempts.fail(
         pool, held, action="dead", outcome="failed", error=DEATH, usage=None, retry_in_s=0,
         clock=DatabaseClock(),

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import asyncpg
 
-from jobstream.attempts import Claimed
+from jobstream.claims import Claimed
 from jobstream.jobspec import AttemptSpec
 from tests.support.clock import ManualClock
 from worker.inbox import Inbox, LeaseLost

@@ -1,0 +1,151 @@
+"""Claiming jobs: a worker takes up to k runnable jobs for its free slots in one transaction.
+
+Each claim starts an attempt under a new run_token, which fences every later write of the
+attempt (DESIGN.md §4.2); the statements' comments (jobstream/sql/claiming.sql) say how the
+claim stays fair and within every limit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import asyncpg
+
+from jobstream.clock import Clock
+from jobstream.jobspec import AttemptSpec
+from jobstream.sql import queries
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A job this worker holds for one attempt."""
+
+    job_id: uuid.UUID
+    tenant_id: str
+    attempt: int
+    run_token: uuid.UUID
+    provider: str
+    spec: AttemptSpec
+    max_attempts: int
+    counted_attempts: int  # attempts that count against max_attempts, this one included
+
+    @property
+    def exhausted(self) -> bool:
+        return self.counted_attempts >= self.max_attempts
+
+
+async def claim(
+    pool: asyncpg.Pool,
+    *,
+    providers: Sequence[str],
+    worker_id: str,
+    lease_s: float,
+    clock: Clock,
+    limits: Mapping[str, int] | None = None,
+) -> Claimed | None:
+    """Claim the next runnable job of `providers`, or None (claim_batch of one)."""
+    held = await claim_batch(
+        pool,
+        providers=providers,
+        worker_id=worker_id,
+        lease_s=lease_s,
+        clock=clock,
+        limits=limits,
+        max_jobs=1,
+    )
+    return held[0] if held else None
+
+
+async def claim_batch(
+    pool: asyncpg.Pool,
+    *,
+    providers: Sequence[str],
+    worker_id: str,
+    lease_s: float,
+    clock: Clock,
+    max_jobs: int,
+    limits: Mapping[str, int] | None = None,
+) -> list[Claimed]:
+    """Claim up to `max_jobs` runnable jobs of `providers` in one transaction.
+
+    Tenants share the batch in turns, so a batch may hold fewer jobs than asked while more are
+    runnable: claim again while slots are free and the last batch was not empty.
+    `limits` caps the attempts running at once, across every worker, for the providers it names
+    (the others have none): the claim locks those providers' rows first, then counts (see
+    queries.LOCK_PROVIDERS and CLAIM_JOBS).
+    """
+    limits = {name: n for name, n in (limits or {}).items() if name in providers}
+    unlimited = [name for name in providers if name not in limits]
+    full_tenants: list[str] = []
+    lost_races = 0
+    while True:
+        try:
+            return await _claim_once(
+                pool, unlimited, limits, full_tenants, worker_id, lease_s, clock, max_jobs
+            )
+        except _TenantsFull as full:
+            # Other workers' claims for these tenants committed first. The next try counts them
+            # (a new snapshot); after a few, leave the contested tenants to the next round.
+            lost_races += 1
+            if lost_races >= CLAIM_TRIES_PER_TENANT:
+                full_tenants.extend(full.tenant_ids)
+
+
+# Tries of a claim that lost a race for a tenant's last slots before it skips that tenant.
+CLAIM_TRIES_PER_TENANT = 3
+
+
+class _TenantsFull(Exception):
+    def __init__(self, tenant_ids: list[str]) -> None:
+        self.tenant_ids = tenant_ids
+
+
+async def _claim_once(
+    pool: asyncpg.Pool,
+    unlimited: list[str],
+    limits: Mapping[str, int],
+    full_tenants: list[str],
+    worker_id: str,
+    lease_s: float,
+    clock: Clock,
+    max_jobs: int,
+) -> list[Claimed]:
+    now = clock.now()
+    async with pool.acquire() as conn, conn.transaction():
+        locked: list[str] = []
+        if limits:
+            rows = await conn.fetch(queries.LOCK_PROVIDERS, sorted(limits), now)
+            locked = [row["provider"] for row in rows]
+        jobs = await conn.fetch(
+            queries.CLAIM_JOBS,
+            unlimited,
+            worker_id,
+            lease_s,
+            now,
+            locked,
+            [limits[name] for name in locked],
+            full_tenants,
+            max_jobs,
+        )
+        if not jobs:
+            return []
+        tenants = sorted({job["tenant_id"] for job in jobs})
+        await conn.execute(queries.LOCK_CLAIMED_TENANTS, tenants, now)
+        over = [row["id"] for row in await conn.fetch(queries.TENANTS_OVER_LIMIT, tenants)]
+        if over:
+            raise _TenantsFull(over)  # rolls the whole claim back
+    return [
+        Claimed(
+            job_id=job["id"],
+            tenant_id=job["tenant_id"],
+            attempt=job["attempts"],
+            run_token=job["run_token"],
+            provider=job["provider"],
+            spec=AttemptSpec.from_payload(job["payload"]),
+            max_attempts=job["max_attempts"],
+            counted_attempts=job["attempts"] - job["uncounted_attempts"],
+        )
+        for job in jobs
+    ]
