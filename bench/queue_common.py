@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The benchmark's own connections carry this name, so that counting a database's other
 # connections tells whether the workers under test have connected.
 APPLICATION = "queue_bench"
-POLL_S = 0.05
+POLL_S = 0.25
 
 
 # --- child processes ---
