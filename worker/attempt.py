@@ -3,9 +3,9 @@
 Three sources feed one inbox: the provider pump (deltas, then the end or the failure), the
 worker's lease renewals (a cancel request, or the lease lost; worker/lease.py) and the worker
 (shutdown). The runner's loop is the only writer: it coalesces deltas into flushes and, at the
-first ending, stops the pump, leaves the lease renewals and
-records exactly one outcome, flushing first so that the log holds every token before the status
-changes (DESIGN.md §5).
+first ending, stops the pump, leaves the lease renewals and records exactly one outcome
+(worker/outcome.py), flushing first so that the log holds every token before the status changes
+(DESIGN.md §5).
 """
 
 from __future__ import annotations
@@ -13,19 +13,16 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from decimal import Decimal
-from typing import Literal, TypeVar
 
 import asyncpg
 import structlog
 
-from jobstream import attempts, db, pauses
+from jobstream import db
 from jobstream.claims import Claimed
 from jobstream.clock import Clock
 from jobstream.errors import Fenced, ProviderError
 from jobstream.settings import Settings
 from jobstream.usage import Usage
-from worker import retry
 from worker.coalescer import Coalescer
 from worker.failure import Failure
 from worker.inbox import (
@@ -38,52 +35,11 @@ from worker.inbox import (
     StreamFailed,
 )
 from worker.lease import Lease, Leases
+from worker.outcome import AttemptResult, LeaseExpired, OutcomeRecorder, SuccessWriter
 from worker.providers.base import Provider, ProviderRequest, TextDelta
 from worker.token_log import AppendWriter, TokenLog
 
 log = structlog.get_logger(__name__)
-
-T = TypeVar("T")
-
-# Writes an attempt's success; raises Fenced when the attempt no longer holds its job.
-SuccessWriter = Callable[[attempts.Success], Awaitable[None]]
-
-# What became of the attempt, from this worker's point of view.
-AttemptResult = Literal[
-    "succeeded",
-    "retry",  # failed; the job is queued for another attempt
-    "failed",
-    "dead",
-    "cancelled",
-    "interrupted",  # handed back at shutdown
-    "fenced",  # another attempt, a cancel or the reaper owned the job: nothing recorded
-    "abandoned",  # the database stayed away past the lease: the reaper will settle the job
-]
-
-_RESULT_OF_ACTION: dict[attempts.FailureAction, AttemptResult] = {
-    "retry": "retry",
-    "fail": "failed",
-    "dead": "dead",
-}
-_STATUS_AFTER: dict[attempts.FailureAction, str] = {
-    "retry": "queued",
-    "fail": "failed",
-    "dead": "dead",
-}
-
-
-def _usage_fields(usage: Usage) -> dict[str, object]:
-    """What an attempt used and cost, for its settling log line."""
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cost_usd": str(usage.cost_usd),
-        "cost_known": usage.cost_known,
-    }
-
-
-class LeaseExpired(Exception):
-    """A write could not reach the database before the lease ran out."""
 
 
 class AttemptRunner:
@@ -102,15 +58,7 @@ class AttemptRunner:
         write_tokens: AppendWriter | None = None,
     ) -> None:
         self.held = held
-        self._pool = pool
         self._provider = provider
-        self._settings = settings
-        self._clock = clock
-        self._rng = rng
-        # The worker's group writer (worker/completions.py), or a statement of our own.
-        self._write_success: SuccessWriter = write_success or (
-            lambda success: attempts.accept(pool, success, clock)
-        )
         self._inbox = Inbox()
         self._coalescer = Coalescer(
             interval_s=settings.flush_interval_s, max_bytes=settings.flush_bytes
@@ -129,6 +77,18 @@ class AttemptRunner:
             messages=spec.messages,
             instructions=spec.instructions,
             sampling=spec.sampling,
+        )
+        self._outcome = OutcomeRecorder(
+            pool,
+            held,
+            settings,
+            clock=clock,
+            rng=rng,
+            provider=provider,
+            request=self._request,
+            lease=self._lease,
+            produced=self._coalescer,
+            write_success=write_success,
         )
         self._usage: Usage | None = None  # the provider's own, once it sends it
         self._provider_stopped = False  # we cancelled the stream and it closed cleanly
@@ -286,10 +246,12 @@ class AttemptRunner:
             chunk = "".join(chunks)
             if chunks and not rides_along:
                 # The append fence admits `cancelling` too: a refusal here means we lost the job.
-                await self._persist(lambda: self._tokens.write(chunks))
+                await self._outcome.persist(lambda: self._tokens.write(chunks))
                 chunk = ""
             try:
-                return await self._record(ending, chunk)
+                return await self._outcome.record(
+                    ending, chunk, usage=self._usage, provider_stopped=self._provider_stopped
+                )
             except Fenced as refused:
                 if isinstance(ending, CancelRequested):
                     raise
@@ -298,8 +260,10 @@ class AttemptRunner:
                 # Otherwise we were fenced out.
                 try:
                     if chunk:
-                        await self._persist(lambda: self._tokens.write([chunk]))
-                    return await self._confirm_cancel()
+                        await self._outcome.persist(lambda: self._tokens.write([chunk]))
+                    return await self._outcome.confirm_cancel(
+                        usage=self._usage, provider_stopped=self._provider_stopped
+                    )
                 except Fenced:
                     raise refused from None
         except Fenced as exc:
@@ -308,142 +272,6 @@ class AttemptRunner:
         except LeaseExpired as exc:
             log.warning("attempt_abandoned", reason=str(exc))
             return "abandoned"
-
-    async def _record(
-        self, ending: StreamEnded | StreamFailed | CancelRequested | Interrupted, last_chunk: str
-    ) -> AttemptResult:
-        match ending:
-            case StreamEnded():
-                return await self._succeed(last_chunk)
-            case StreamFailed(failure=failure):
-                return await self._fail(failure)
-            case CancelRequested():
-                return await self._confirm_cancel()
-            case Interrupted():
-                return await self._hand_back()
-
-    async def _succeed(self, last_chunk: str) -> AttemptResult:
-        usage = self._usage_so_far()
-        text = self._coalescer.output
-        success = attempts.Success(self.held, text, usage, last_chunk)
-        await self._persist(lambda: self._write_success(success))
-        log.info("attempt_succeeded", status="succeeded", **_usage_fields(usage))
-        return "succeeded"
-
-    async def _fail(self, failure: Failure) -> AttemptResult:
-        held = self.held
-        decision = retry.decide(
-            failure.kind,
-            retry_after_s=failure.retry_after_s,
-            retry_unknown=held.spec.retry_unknown,
-            exhausted=held.exhausted,
-            attempt=held.counted_attempts,
-            backoff=retry.Backoff(self._settings.backoff_base_s, self._settings.backoff_max_s),
-            rng=self._rng,
-        )
-        if failure.kind == "rate_limited":
-            # Every worker backs off, for as long as the provider asked, or when it did not say,
-            # for as long as this job waits.
-            pause_s = failure.retry_after_s
-            if pause_s is None:
-                pause_s = decision.delay_s
-            if pause_s > 0:
-                await self._pause_provider(pause_s)
-        # Refused before any work, or never sent: the provider billed nothing. Otherwise it may
-        # have (a stream that broke, or a known failure after output), and unless it told us the
-        # usage we only have our estimate.
-        if self._usage is not None:
-            usage = self._usage
-        elif failure.billed_nothing and self._coalescer.deltas == 0:
-            usage = Usage(cost_usd=Decimal(0), cost_known=True)
-        else:
-            usage = self._estimated_usage()
-        await self._persist(
-            lambda: attempts.fail(
-                self._pool,
-                held,
-                action=decision.action,
-                outcome=decision.outcome,
-                error=failure.to_json(),
-                usage=usage,
-                retry_in_s=decision.delay_s,
-                clock=self._clock,
-            )
-        )
-        log.info(
-            "attempt_failed",
-            status=_STATUS_AFTER[decision.action],
-            error_class=failure.error_class,
-            error=failure.message,
-            outcome=decision.outcome,
-            retry_in_s=round(decision.delay_s, 3),
-            **_usage_fields(usage),
-        )
-        return _RESULT_OF_ACTION[decision.action]
-
-    async def _pause_provider(self, seconds: float) -> None:
-        # Before the requeue's NOTIFY wakes other workers, so that they see the pause.
-        try:
-            until = await pauses.pause(self._pool, self.held.provider, seconds, self._clock)
-        except db.DISCONNECTS as exc:
-            # The job's own retry still waits out Retry-After; only the others may hit the 429.
-            log.warning("provider_pause_failed", error=str(exc) or type(exc).__name__)
-            return
-        log.info("provider_paused", provider=self.held.provider, until=until.isoformat())
-
-    async def _confirm_cancel(self) -> AttemptResult:
-        usage = self._usage_so_far()
-        await self._persist(
-            lambda: attempts.confirm_cancel(
-                self._pool,
-                self.held,
-                usage,
-                self._clock,
-                provider_confirmed=self._provider_stopped,
-            )
-        )
-        log.info(
-            "attempt_cancelled",
-            status="cancelled",
-            provider_confirmed=self._provider_stopped,
-            **_usage_fields(usage),
-        )
-        return "cancelled"
-
-    async def _hand_back(self) -> AttemptResult:
-        usage = self._usage_so_far()
-        await self._persist(lambda: attempts.hand_back(self._pool, self.held, usage, self._clock))
-        log.info("attempt_handed_back", status="queued", **_usage_fields(usage))
-        return "interrupted"
-
-    def _usage_so_far(self) -> Usage:
-        """The provider's own usage once it sent it; until then our estimate, flagged as such."""
-        return self._usage or self._estimated_usage()
-
-    def _estimated_usage(self) -> Usage:
-        produced = self._coalescer.deltas
-        return Usage(
-            output_tokens=produced,
-            cost_usd=self._provider.estimate_cost(self._request, produced),
-            cost_known=False,
-        )
-
-    async def _persist(self, write: Callable[[], Awaitable[T]]) -> T:
-        """Run a fenced write, retrying a lost connection for as long as the lease lasts.
-
-        A retry is safe: if the first try did commit, the fence refuses the second (Fenced).
-        """
-        loop = asyncio.get_running_loop()
-        delay = 0.1
-        while True:
-            try:
-                return await write()
-            except db.DISCONNECTS as exc:
-                if loop.time() + delay >= self._lease.deadline:
-                    raise LeaseExpired(f"database unreachable: {exc}") from exc
-                log.warning("write_failed", error=str(exc) or type(exc).__name__, retry_in_s=delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
 
 
 async def _close(stream: object) -> None:

@@ -3,7 +3,7 @@
 One loop waits for "notified, or poll interval elapsed, or stop" (LISTEN wakes; the table
 decides), then reaps expired leases and claims while it has free slots. Every attempt runs in a
 named, tracked task. On stop: no more claims, running attempts get `shutdown_grace_s`, then they
-are interrupted and hand their job straight back to the queue (DESIGN.md §7).
+are interrupted and hand their job straight back to the queue (worker/drain.py, DESIGN.md §7).
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import socket
 import uuid
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 import structlog
@@ -28,9 +26,11 @@ from jobstream.clock import Clock, DatabaseClock
 from jobstream.listener import Listener
 from jobstream.settings import Settings
 from worker import janitor as janitors
-from worker.attempt import AttemptResult, AttemptRunner
+from worker.attempt import AttemptRunner
 from worker.completions import Completions
+from worker.drain import Running, drain
 from worker.lease import Leases
+from worker.outcome import AttemptResult
 from worker.providers.base import Provider
 from worker.providers.registry import build_providers, close_providers
 from worker.token_writes import TokenWrites
@@ -40,15 +40,6 @@ log = structlog.get_logger(__name__)
 
 # Claims one worker has under way at once (each for the slots free when it started).
 CLAIMS_IN_FLIGHT = 2
-# After the grace period, interrupted attempts get this long to hand their job back before
-# they are cancelled outright (their hand-back still runs, shielded).
-HAND_BACK_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True)
-class Running:
-    runner: AttemptRunner
-    task: asyncio.Task[None]
 
 
 class Worker:
@@ -163,7 +154,9 @@ class Worker:
                 grace = 0.0  # cancelled, not stopped: no time to wait, hand back at once
                 raise
             finally:
-                await self._drain(grace)
+                await drain(
+                    list(self._running.values()), grace, self._stop_now, name=self.worker_id
+                )
                 # After the drain: the settling attempts' successes go through the writer.
                 writer.cancel()
                 token_writer.cancel()
@@ -314,44 +307,6 @@ class Worker:
         finally:
             del self._running[key]
             self._wake.set()  # a slot is free
-
-    async def _drain(self, grace_s: float) -> None:
-        running = list(self._running.values())
-        if not running:
-            return
-        log.info("worker_draining", running=len(running), grace_s=grace_s)
-        if grace_s > 0:
-            await self._grace([r.task for r in running], grace_s)
-        left = [r for r in running if not r.task.done()]
-        if not left:
-            return
-        for r in left:
-            r.runner.interrupt()
-        _, stuck = await asyncio.wait([r.task for r in left], timeout=HAND_BACK_TIMEOUT_S)
-        if not stuck:
-            return
-        log.warning("attempts_cancelled", count=len(stuck))
-        for task in stuck:
-            task.cancel()
-        await asyncio.wait(stuck)
-        settling = [r.runner.settling for r in left if r.runner.settling is not None]
-        if settling:
-            await asyncio.wait(settling, timeout=HAND_BACK_TIMEOUT_S)
-
-    async def _grace(self, tasks: list[asyncio.Task[None]], grace_s: float) -> None:
-        """Wait until the tasks end, the grace period passes or stop_now() is called."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace_s
-        now = asyncio.create_task(self._stop_now.wait(), name=f"stop-now:{self.worker_id}")
-        pending: set[asyncio.Future[Any]] = set(tasks)
-        try:
-            while pending and not now.done() and loop.time() < deadline:
-                _, pending = await asyncio.wait(
-                    pending | {now}, timeout=deadline - loop.time(), return_when="FIRST_COMPLETED"
-                )
-                pending.discard(now)
-        finally:
-            now.cancel()
 
     # --- wake-ups from the listener ---
 

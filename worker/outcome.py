@@ -1,0 +1,256 @@
+"""Recording an attempt's one outcome: success, failure, cancel or hand-back, with what it cost.
+
+The runner (worker/attempt.py) decides how the attempt ended and writes its last tokens; this
+writes what that ending means for the job, in one fenced transaction (jobstream/attempts.py),
+and logs the settling line. Each write retries a lost connection while the lease lasts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from typing import Literal, TypeVar
+
+import asyncpg
+import structlog
+
+from jobstream import attempts, db, pauses
+from jobstream.claims import Claimed
+from jobstream.clock import Clock
+from jobstream.settings import Settings
+from jobstream.usage import Usage
+from worker import retry
+from worker.coalescer import Coalescer
+from worker.failure import Failure
+from worker.inbox import CancelRequested, Interrupted, StreamEnded, StreamFailed
+from worker.lease import Lease
+from worker.providers.base import Provider, ProviderRequest
+
+# The attempt's logger: its settling line is one of its two status lines (with
+# `attempt_started`), and log filters select an attempt's lines by this name.
+log = structlog.get_logger("worker.attempt")
+
+T = TypeVar("T")
+
+# Writes an attempt's success; raises Fenced when the attempt no longer holds its job.
+SuccessWriter = Callable[[attempts.Success], Awaitable[None]]
+
+# What became of the attempt, from this worker's point of view.
+AttemptResult = Literal[
+    "succeeded",
+    "retry",  # failed; the job is queued for another attempt
+    "failed",
+    "dead",
+    "cancelled",
+    "interrupted",  # handed back at shutdown
+    "fenced",  # another attempt, a cancel or the reaper owned the job: nothing recorded
+    "abandoned",  # the database stayed away past the lease: the reaper will settle the job
+]
+
+_RESULT_OF_ACTION: dict[attempts.FailureAction, AttemptResult] = {
+    "retry": "retry",
+    "fail": "failed",
+    "dead": "dead",
+}
+_STATUS_AFTER: dict[attempts.FailureAction, str] = {
+    "retry": "queued",
+    "fail": "failed",
+    "dead": "dead",
+}
+
+
+def _usage_fields(usage: Usage) -> dict[str, object]:
+    """What an attempt used and cost, for its settling log line."""
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cost_usd": str(usage.cost_usd),
+        "cost_known": usage.cost_known,
+    }
+
+
+class LeaseExpired(Exception):
+    """A write could not reach the database before the lease ran out."""
+
+
+class OutcomeRecorder:
+    """Writes the outcome of one attempt; its runner builds it and calls it once, as it settles.
+
+    The provider's usage and whether the provider stopped for us are passed in at that moment
+    (the stream has stopped by then); what the stream produced is read from the runner's
+    coalescer, so that the output text is joined only for a success.
+    """
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        held: Claimed,
+        settings: Settings,
+        *,
+        clock: Clock,
+        rng: random.Random,
+        provider: Provider,
+        request: ProviderRequest,
+        lease: Lease,
+        produced: Coalescer,
+        write_success: SuccessWriter | None = None,
+    ) -> None:
+        self._pool = pool
+        self._held = held
+        self._settings = settings
+        self._clock = clock
+        self._rng = rng
+        # Our cost estimate, when the provider sent no usage, is the provider's to make.
+        self._provider = provider
+        self._request = request
+        self._lease = lease  # its deadline bounds how long a write retries
+        self._produced = produced
+        # The worker's group writer (worker/completions.py), or a statement of our own.
+        self._write_success: SuccessWriter = write_success or (
+            lambda success: attempts.accept(pool, success, clock)
+        )
+
+    async def record(
+        self,
+        ending: StreamEnded | StreamFailed | CancelRequested | Interrupted,
+        last_chunk: str,
+        *,
+        usage: Usage | None,
+        provider_stopped: bool,
+    ) -> AttemptResult:
+        """Write the outcome of `ending`; `usage` is the provider's own, if it sent it."""
+        match ending:
+            case StreamEnded():
+                return await self._succeed(last_chunk, usage)
+            case StreamFailed(failure=failure):
+                return await self._fail(failure, usage)
+            case CancelRequested():
+                return await self.confirm_cancel(usage=usage, provider_stopped=provider_stopped)
+            case Interrupted():
+                return await self._hand_back(usage)
+
+    async def _succeed(self, last_chunk: str, usage: Usage | None) -> AttemptResult:
+        usage = self._usage_so_far(usage)
+        text = self._produced.output
+        success = attempts.Success(self._held, text, usage, last_chunk)
+        await self.persist(lambda: self._write_success(success))
+        log.info("attempt_succeeded", status="succeeded", **_usage_fields(usage))
+        return "succeeded"
+
+    async def _fail(self, failure: Failure, reported: Usage | None) -> AttemptResult:
+        held = self._held
+        decision = retry.decide(
+            failure.kind,
+            retry_after_s=failure.retry_after_s,
+            retry_unknown=held.spec.retry_unknown,
+            exhausted=held.exhausted,
+            attempt=held.counted_attempts,
+            backoff=retry.Backoff(self._settings.backoff_base_s, self._settings.backoff_max_s),
+            rng=self._rng,
+        )
+        if failure.kind == "rate_limited":
+            # Every worker backs off, for as long as the provider asked, or when it did not say,
+            # for as long as this job waits.
+            pause_s = failure.retry_after_s
+            if pause_s is None:
+                pause_s = decision.delay_s
+            if pause_s > 0:
+                await self._pause_provider(pause_s)
+        # Refused before any work, or never sent: the provider billed nothing. Otherwise it may
+        # have (a stream that broke, or a known failure after output), and unless it told us the
+        # usage we only have our estimate.
+        if reported is not None:
+            usage = reported
+        elif failure.billed_nothing and self._produced.deltas == 0:
+            usage = Usage(cost_usd=Decimal(0), cost_known=True)
+        else:
+            usage = self._estimated_usage()
+        await self.persist(
+            lambda: attempts.fail(
+                self._pool,
+                held,
+                action=decision.action,
+                outcome=decision.outcome,
+                error=failure.to_json(),
+                usage=usage,
+                retry_in_s=decision.delay_s,
+                clock=self._clock,
+            )
+        )
+        log.info(
+            "attempt_failed",
+            status=_STATUS_AFTER[decision.action],
+            error_class=failure.error_class,
+            error=failure.message,
+            outcome=decision.outcome,
+            retry_in_s=round(decision.delay_s, 3),
+            **_usage_fields(usage),
+        )
+        return _RESULT_OF_ACTION[decision.action]
+
+    async def _pause_provider(self, seconds: float) -> None:
+        # Before the requeue's NOTIFY wakes other workers, so that they see the pause.
+        try:
+            until = await pauses.pause(self._pool, self._held.provider, seconds, self._clock)
+        except db.DISCONNECTS as exc:
+            # The job's own retry still waits out Retry-After; only the others may hit the 429.
+            log.warning("provider_pause_failed", error=str(exc) or type(exc).__name__)
+            return
+        log.info("provider_paused", provider=self._held.provider, until=until.isoformat())
+
+    async def confirm_cancel(self, *, usage: Usage | None, provider_stopped: bool) -> AttemptResult:
+        """Settle the job as cancelled (it is `cancelling` under our run token)."""
+        usage = self._usage_so_far(usage)
+        await self.persist(
+            lambda: attempts.confirm_cancel(
+                self._pool,
+                self._held,
+                usage,
+                self._clock,
+                provider_confirmed=provider_stopped,
+            )
+        )
+        log.info(
+            "attempt_cancelled",
+            status="cancelled",
+            provider_confirmed=provider_stopped,
+            **_usage_fields(usage),
+        )
+        return "cancelled"
+
+    async def _hand_back(self, usage: Usage | None) -> AttemptResult:
+        usage = self._usage_so_far(usage)
+        await self.persist(lambda: attempts.hand_back(self._pool, self._held, usage, self._clock))
+        log.info("attempt_handed_back", status="queued", **_usage_fields(usage))
+        return "interrupted"
+
+    def _usage_so_far(self, reported: Usage | None) -> Usage:
+        """The provider's own usage once it sent it; until then our estimate, flagged as such."""
+        return reported or self._estimated_usage()
+
+    def _estimated_usage(self) -> Usage:
+        produced = self._produced.deltas
+        return Usage(
+            output_tokens=produced,
+            cost_usd=self._provider.estimate_cost(self._request, produced),
+            cost_known=False,
+        )
+
+    async def persist(self, write: Callable[[], Awaitable[T]]) -> T:
+        """Run a fenced write, retrying a lost connection for as long as the lease lasts.
+
+        A retry is safe: if the first try did commit, the fence refuses the second (Fenced).
+        """
+        loop = asyncio.get_running_loop()
+        delay = 0.1
+        while True:
+            try:
+                return await write()
+            except db.DISCONNECTS as exc:
+                if loop.time() + delay >= self._lease.deadline:
+                    raise LeaseExpired(f"database unreachable: {exc}") from exc
+                log.warning("write_failed", error=str(exc) or type(exc).__name__, retry_in_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
