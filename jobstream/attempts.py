@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+from uuid import UUID
 
 import asyncpg
 import structlog
@@ -29,7 +30,8 @@ log = structlog.get_logger(__name__)
 
 async def _finish_attempt(
     conn: Conn,
-    held: Claimed,
+    job_id: UUID,
+    attempt: int,
     outcome: AttemptOutcome,
     clock: Clock,
     *,
@@ -40,8 +42,8 @@ async def _finish_attempt(
 ) -> None:
     await conn.execute(
         queries.FINISH_ATTEMPT,
-        held.job_id,
-        held.attempt,
+        job_id,
+        attempt,
         outcome,
         error_class,
         error_detail,
@@ -153,7 +155,8 @@ async def fail(
         # longer reads `running`, so the appends below go unfenced.
         await _finish_attempt(
             conn,
-            held,
+            held.job_id,
+            held.attempt,
             outcome,
             clock,
             usage=usage,
@@ -177,7 +180,13 @@ async def confirm_cancel(
             raise Fenced(f"job {held.job_id}: not cancelling under this attempt")
         await ledger.release(conn, held.job_id)
         await _finish_attempt(
-            conn, held, "cancelled", clock, usage=usage, cancel_confirmed=provider_confirmed
+            conn,
+            held.job_id,
+            held.attempt,
+            "cancelled",
+            clock,
+            usage=usage,
+            cancel_confirmed=provider_confirmed,
         )
         await outbox.record_end(conn, held.job_id)
         await events.append(
@@ -206,7 +215,8 @@ async def hand_back(pool: asyncpg.Pool, held: Claimed, usage: Usage | None, cloc
             raise Fenced(f"job {held.job_id}: not running under this attempt")
         await _finish_attempt(
             conn,
-            held,
+            held.job_id,
+            held.attempt,
             "interrupted",
             clock,
             usage=usage,
@@ -234,7 +244,15 @@ async def reap_expired(pool: asyncpg.Pool, clock: Clock, batch: int = 50) -> int
         # deadlocked, and one of them claimed nothing that round (queries.SELECT_EXPIRED).
         for job in sorted(rows, key=lambda row: (row["tenant_id"], row["ledger_shard"])):
             job_id, attempt = job["id"], job["attempts"]
-            await conn.execute(queries.MARK_ATTEMPT_LOST, job_id, attempt, clock.now())
+            await _finish_attempt(
+                conn,
+                job_id,
+                attempt,
+                "lost",
+                clock,
+                error_class="lost",
+                error_detail="lease expired: the worker stopped renewing it",
+            )
             lost = {"class": "lost", "message": "the worker stopped renewing its lease"}
             if job["status"] == "cancelling":
                 cancelled = {"class": "cancelled", "message": "cancelled while running"}

@@ -15,7 +15,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,16 +141,6 @@ class EmbeddedPostgres:
             return
         with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
             self._run([str(BIN / "pg_ctl"), "-D", str(self.datadir), "-w", "-m", mode, "stop"])
-
-    def wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"PostgreSQL did not listen on port {self.port} within {timeout}s")
 
     def destroy(self) -> None:
         self.stop("immediate")

@@ -1,22 +1,18 @@
 """The tenant's money: reserve at create, charge once per accepted result, release otherwise.
 
-A job's reservation is booked by the statement that creates it (queries.INSERT_JOBS). Every
-function here runs inside the transaction that changes the job's status, so the ledger and the
-job never disagree (DESIGN.md §4.7). The ledger is sharded by job (schema.sql, tenant_ledger):
+A job's reservation is booked by the statement that creates it (queries.INSERT_JOBS), its charge
+by the one that accepts its result (queries.SUCCEED_ATTEMPTS); the release here runs inside the
+transaction that changes the job's status, so the ledger and the job never disagree (DESIGN.md
+§4.7). The ledger is sharded by job (schema.sql, tenant_ledger):
 the jobs of one tenant finishing at once do not queue behind one row.
 """
 
 from __future__ import annotations
 
 import uuid
-from decimal import Decimal
 
 from jobstream.db import Conn
 from jobstream.sql import queries
-
-
-async def charge(conn: Conn, job_id: uuid.UUID, price: Decimal) -> None:
-    await conn.execute(queries.CHARGE_JOB, job_id, price)
 
 
 async def release(conn: Conn, job_id: uuid.UUID) -> None:

@@ -104,13 +104,10 @@ def _query_cursor(request: Request) -> int:
 
 
 def _cursor(raw: str, name: str) -> int:
-    seq = validation.ascii_int(raw, max_digits=len(str(MAX_SEQ)))
-    if seq is None or seq > MAX_SEQ:
-        raise Problem(
-            400, "invalid-cursor", "Invalid cursor",
-            f"{name} must be an event seq (a non-negative integer), not {raw[:40]!r}.",
-        )  # fmt: skip
-    return seq
+    return validation.int_param(
+        raw, MAX_SEQ, "invalid-cursor", "Invalid cursor",
+        f"{name} must be an event seq (a non-negative integer), not {raw[:40]!r}.",
+    )  # fmt: skip
 
 
 def _wait(request: Request) -> float:
@@ -150,11 +147,7 @@ class _Stream(Response):
             stop=self._stop,
             send_timeout_s=settings.sse_send_timeout_s,
         )
-        self._app.open_streams += 1
-        try:
-            await response(scope, receive, send)
-        finally:
-            self._app.open_streams -= 1
+        await self._app.serve_stream(response, scope, receive, send)
 
     async def _body(self) -> AsyncGenerator[bytes, None]:
         app = self._app

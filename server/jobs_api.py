@@ -7,6 +7,7 @@ import math
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import structlog
 from starlette.requests import Request
@@ -21,7 +22,7 @@ from server.auth import tenant_id
 from server.problems import Problem, not_found
 from server.responses import json_response
 from server.simulated_rules import SimulatedRules
-from server.state import state
+from server.state import AppState, state
 from worker.providers.base import ProviderRequest
 
 log = structlog.get_logger(__name__)
@@ -83,27 +84,43 @@ def refusal_problem(refusal: jobs.Refusal) -> Problem:
             )  # fmt: skip
 
 
-async def create_job(request: Request) -> Response:
-    app = state(request)
-    tenant = await tenant_id(request)  # first: an unauthenticated caller learns nothing more
+async def create_request(request: Request) -> tuple[str | None, dict[str, Any]]:
+    """A create's Idempotency-Key and JSON body (/api/jobs and /v1/responses alike)."""
+    settings = state(request).settings
     require_json(request)
     key = validation.idempotency_key(
-        request.headers.get("idempotency-key"), required=app.settings.require_idempotency_key
+        request.headers.get("idempotency-key"), required=settings.require_idempotency_key
     )
-    body = validation.parse_json(await read_body(request, app.settings.max_body_bytes))
-    spec = validation.job_spec(
+    return key, validation.parse_json(await read_body(request, settings.max_body_bytes))
+
+
+def job_spec(app: AppState, body: dict[str, Any]) -> JobSpec:
+    """The body as a job, under this server's rules, or a 422 naming every bad field."""
+    return validation.job_spec(
         body,
         default_provider=app.settings.default_provider,
         simulated=SimulatedRules.of(app.settings),
         allow_private_webhooks=app.settings.webhook_allow_private,
     )
+
+
+async def create(request: Request, tenant: str, spec: JobSpec, key: str | None) -> jobs.Created:
+    """jobs.create with this server's clock and notices; a refusal is raised as its problem."""
+    app = state(request)
     try:
-        outcome = await jobs.create(
+        return await jobs.create(
             app.pool, tenant, spec, key, reserved_usd=reservation(request, spec), clock=app.clock,
             announce=app.notices.announce,
         )  # fmt: skip
     except (IdempotencyConflict, BudgetExceeded, RateLimited) as exc:
         raise refusal_problem(exc) from exc
+
+
+async def create_job(request: Request) -> Response:
+    app = state(request)
+    tenant = await tenant_id(request)  # first: an unauthenticated caller learns nothing more
+    key, body = await create_request(request)
+    outcome = await create(request, tenant, job_spec(app, body), key)
     payload = representation.created(outcome.job, app.tokens)
     location = {"Location": payload["poll_url"]}
     if outcome.created:

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 import asyncpg
 from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
 
 from jobstream.clock import Clock
 from jobstream.settings import Settings
+from server.event_stream import EventStream
 from server.hub import Hub
 from server.runnable_notices import RunnableNotices
 from server.stream_tokens import StreamTokens
@@ -26,6 +28,16 @@ class AppState:
     providers: dict[str, Provider]
     notices: RunnableNotices  # wakes workers for new jobs, outside the creating transactions
     open_streams: int = 0  # SSE responses in progress in this process
+
+    async def serve_stream(
+        self, stream: EventStream, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Serve one SSE response, counted in `open_streams` while it is open."""
+        self.open_streams += 1
+        try:
+            await stream(scope, receive, send)
+        finally:
+            self.open_streams -= 1
 
 
 def state(request: Request) -> AppState:

@@ -7,7 +7,7 @@
 
 import { ApiError, TERMINAL, getJob, withParams } from "./api.js";
 
-const EVENT_TYPES = ["status", "reset", "token", "usage", "attempt_error", "result", "resync", "done"];
+const EVENT_TYPES = ["status", "reset", "token", "usage", "attempt_error", "resync", "done"];
 const POLL_WAIT_S = 25;
 
 const sleep = (ms, signal) =>

@@ -83,9 +83,7 @@ class Queries:
     SELECT_EXPIRED: str
     REAP_TO_QUEUE: str
     REAP_TO_TERMINAL: str
-    MARK_ATTEMPT_LOST: str
     # ledger.sql
-    CHARGE_JOB: str
     RELEASE_RESERVATION: str
     # metrics.sql
     METRICS_TOTALS: str

@@ -84,7 +84,7 @@ WITH input AS (
     SELECT pg_backend_pid(), provider, count(*), coalesce(sum(cost_usd), 0), count(*),
            coalesce(sum(cost_usd), 0), count(*) FILTER (WHERE NOT cost_known), sum(last_seq),
            -- run_counts: how many at or under each bound of DURATION_BUCKETS (jobstream/types.py),
-           -- written out: a SQL function doing the same doubled what counting cost.
+           -- written out: duration_counts (schema.sql) would sort the batch, which costs more.
            ARRAY[count(*) FILTER (WHERE run_s <= 0.05),
                  count(*) FILTER (WHERE run_s <= 0.1),
                  count(*) FILTER (WHERE run_s <= 0.25),
@@ -107,23 +107,7 @@ WITH input AS (
            cost_usd = m.cost_usd + EXCLUDED.cost_usd,
            cost_unknown = m.cost_unknown + EXCLUDED.cost_unknown,
            events_ended = m.events_ended + EXCLUDED.events_ended,
-           run_counts = CASE
-               WHEN EXCLUDED.run_counts IS NULL THEN m.run_counts
-               WHEN m.run_counts IS NULL THEN EXCLUDED.run_counts
-               ELSE ARRAY[m.run_counts[1] + EXCLUDED.run_counts[1],
-                          m.run_counts[2] + EXCLUDED.run_counts[2],
-                          m.run_counts[3] + EXCLUDED.run_counts[3],
-                          m.run_counts[4] + EXCLUDED.run_counts[4],
-                          m.run_counts[5] + EXCLUDED.run_counts[5],
-                          m.run_counts[6] + EXCLUDED.run_counts[6],
-                          m.run_counts[7] + EXCLUDED.run_counts[7],
-                          m.run_counts[8] + EXCLUDED.run_counts[8],
-                          m.run_counts[9] + EXCLUDED.run_counts[9],
-                          m.run_counts[10] + EXCLUDED.run_counts[10],
-                          m.run_counts[11] + EXCLUDED.run_counts[11],
-                          m.run_counts[12] + EXCLUDED.run_counts[12],
-                          m.run_counts[13] + EXCLUDED.run_counts[13]]
-           END,
+           run_counts = add_counts(m.run_counts, EXCLUDED.run_counts),
            run_s = m.run_s + EXCLUDED.run_s
 )
 SELECT id, last_seq, pg_notify('jobstream_events', id::text || ':' || last_seq) FROM done
@@ -160,8 +144,10 @@ UPDATE jobs
 RETURNING *
 
 -- name: FINISH_ATTEMPT
--- The INSERT after `ended` adds the attempt to the metrics' counters (metrics.sql), as
--- MARK_ATTEMPT_LOST (leases.sql) does.
+-- An attempt's end other than success, and the reaper's `lost` (jobstream/attempts.py): a running
+-- attempt's tokens, cost and cancel_confirmed are NULL until it ends, so the reaper passes NULLs
+-- and loses nothing. The INSERT after `ended` adds the attempt to the metrics' counters
+-- (metrics.sql); one row, so its histogram is duration_counts' (schema.sql).
 WITH ended AS (
     UPDATE job_attempts
        SET outcome = $3, finished_at = coalesce($11::timestamptz, statement_timestamp()),
@@ -169,7 +155,8 @@ WITH ended AS (
            input_tokens = $6, output_tokens = $7, cost_usd = $8, cost_known = $9,
            cancel_confirmed = $10
      WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
-    RETURNING provider, outcome, cost_usd, cost_known, finished_at - started_at AS ran
+    RETURNING provider, outcome, cost_usd, cost_known,
+              extract(epoch FROM finished_at - started_at)::float8 AS run_s
 )
 INSERT INTO metric_totals AS m (backend, provider, succeeded, failed, unknown, cancelled, lost,
                                 interrupted, cost_usd, cost_unknown, run_counts, run_s)
@@ -178,22 +165,7 @@ SELECT pg_backend_pid(), provider, count(*) FILTER (WHERE outcome = 'succeeded')
        count(*) FILTER (WHERE outcome = 'cancelled'), count(*) FILTER (WHERE outcome = 'lost'),
        count(*) FILTER (WHERE outcome = 'interrupted'), coalesce(sum(cost_usd), 0),
        count(*) FILTER (WHERE NOT cost_known),
-       -- run_counts: how many at or under each bound of DURATION_BUCKETS (jobstream/types.py),
-       -- written out: a SQL function doing the same doubled what counting cost.
-       ARRAY[count(*) FILTER (WHERE extract(epoch FROM ran) <= 0.05),
-             count(*) FILTER (WHERE extract(epoch FROM ran) <= 0.1),
-             count(*) FILTER (WHERE extract(epoch FROM ran) <= 0.25),
-             count(*) FILTER (WHERE extract(epoch FROM ran) <= 0.5),
-             count(*) FILTER (WHERE extract(epoch FROM ran) <= 1),
-             count(*) FILTER (WHERE extract(epoch FROM ran) <= 2.5),
-             count(*) FILTER (WHERE extract(epoch FROM ran) <= 5),
-             count(*) FILTER (WHERE extract(epoch FROM ran) <= 10),
-             count(*) FILTER (WHERE extract(epoch FROM ran) <= 30),
-             count(*) FILTER (WHERE extract(epoch FROM ran) <= 60),
-             count(*) FILTER (WHERE extract(epoch FROM ran) <= 120),
-             count(*) FILTER (WHERE extract(epoch FROM ran) <= 300),
-             count(*) FILTER (WHERE extract(epoch FROM ran) <= 600)],
-       sum(extract(epoch FROM ran)::float8)
+       duration_counts(array_agg(run_s ORDER BY run_s)), sum(run_s)
   FROM ended
  GROUP BY provider
 ON CONFLICT (backend, provider) DO UPDATE
@@ -205,21 +177,5 @@ ON CONFLICT (backend, provider) DO UPDATE
        interrupted = m.interrupted + EXCLUDED.interrupted,
        cost_usd = m.cost_usd + EXCLUDED.cost_usd,
        cost_unknown = m.cost_unknown + EXCLUDED.cost_unknown,
-       run_counts = CASE
-           WHEN EXCLUDED.run_counts IS NULL THEN m.run_counts
-           WHEN m.run_counts IS NULL THEN EXCLUDED.run_counts
-           ELSE ARRAY[m.run_counts[1] + EXCLUDED.run_counts[1],
-                      m.run_counts[2] + EXCLUDED.run_counts[2],
-                      m.run_counts[3] + EXCLUDED.run_counts[3],
-                      m.run_counts[4] + EXCLUDED.run_counts[4],
-                      m.run_counts[5] + EXCLUDED.run_counts[5],
-                      m.run_counts[6] + EXCLUDED.run_counts[6],
-                      m.run_counts[7] + EXCLUDED.run_counts[7],
-                      m.run_counts[8] + EXCLUDED.run_counts[8],
-                      m.run_counts[9] + EXCLUDED.run_counts[9],
-                      m.run_counts[10] + EXCLUDED.run_counts[10],
-                      m.run_counts[11] + EXCLUDED.run_counts[11],
-                      m.run_counts[12] + EXCLUDED.run_counts[12],
-                      m.run_counts[13] + EXCLUDED.run_counts[13]]
-       END,
+       run_counts = add_counts(m.run_counts, EXCLUDED.run_counts),
        run_s = m.run_s + EXCLUDED.run_s

@@ -195,8 +195,8 @@ WITH RECURSIVE queues AS (
                                     queue_wait_counts, queue_wait_s)
     SELECT pg_backend_pid(), provider, count(*), count(*) FILTER (WHERE attempts > 1),
            -- queue_wait_counts: how many at or under each bound of DURATION_BUCKETS
-           -- (jobstream/types.py), written out: a SQL function doing the same doubled what
-           -- counting cost.
+           -- (jobstream/types.py), written out: duration_counts (schema.sql) would sort the
+           -- batch, which costs more.
            ARRAY[count(*) FILTER (WHERE attempts = 1 AND waited_s <= 0.05),
                  count(*) FILTER (WHERE attempts = 1 AND waited_s <= 0.1),
                  count(*) FILTER (WHERE attempts = 1 AND waited_s <= 0.25),
@@ -216,23 +216,7 @@ WITH RECURSIVE queues AS (
     ON CONFLICT (backend, provider) DO UPDATE
        SET attempts_started = m.attempts_started + EXCLUDED.attempts_started,
            retries = m.retries + EXCLUDED.retries,
-           queue_wait_counts = CASE
-               WHEN EXCLUDED.queue_wait_counts IS NULL THEN m.queue_wait_counts
-               WHEN m.queue_wait_counts IS NULL THEN EXCLUDED.queue_wait_counts
-               ELSE ARRAY[m.queue_wait_counts[1] + EXCLUDED.queue_wait_counts[1],
-                          m.queue_wait_counts[2] + EXCLUDED.queue_wait_counts[2],
-                          m.queue_wait_counts[3] + EXCLUDED.queue_wait_counts[3],
-                          m.queue_wait_counts[4] + EXCLUDED.queue_wait_counts[4],
-                          m.queue_wait_counts[5] + EXCLUDED.queue_wait_counts[5],
-                          m.queue_wait_counts[6] + EXCLUDED.queue_wait_counts[6],
-                          m.queue_wait_counts[7] + EXCLUDED.queue_wait_counts[7],
-                          m.queue_wait_counts[8] + EXCLUDED.queue_wait_counts[8],
-                          m.queue_wait_counts[9] + EXCLUDED.queue_wait_counts[9],
-                          m.queue_wait_counts[10] + EXCLUDED.queue_wait_counts[10],
-                          m.queue_wait_counts[11] + EXCLUDED.queue_wait_counts[11],
-                          m.queue_wait_counts[12] + EXCLUDED.queue_wait_counts[12],
-                          m.queue_wait_counts[13] + EXCLUDED.queue_wait_counts[13]]
-           END,
+           queue_wait_counts = add_counts(m.queue_wait_counts, EXCLUDED.queue_wait_counts),
            queue_wait_s = m.queue_wait_s + EXCLUDED.queue_wait_s
 )
 SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,

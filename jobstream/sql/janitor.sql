@@ -185,41 +185,9 @@ ON CONFLICT (backend, provider) DO UPDATE
        cost_usd = m.cost_usd + EXCLUDED.cost_usd,
        cost_unknown = m.cost_unknown + EXCLUDED.cost_unknown,
        events_ended = m.events_ended + EXCLUDED.events_ended,
-       queue_wait_counts = CASE
-           WHEN EXCLUDED.queue_wait_counts IS NULL THEN m.queue_wait_counts
-           WHEN m.queue_wait_counts IS NULL THEN EXCLUDED.queue_wait_counts
-           ELSE ARRAY[m.queue_wait_counts[1] + EXCLUDED.queue_wait_counts[1],
-                      m.queue_wait_counts[2] + EXCLUDED.queue_wait_counts[2],
-                      m.queue_wait_counts[3] + EXCLUDED.queue_wait_counts[3],
-                      m.queue_wait_counts[4] + EXCLUDED.queue_wait_counts[4],
-                      m.queue_wait_counts[5] + EXCLUDED.queue_wait_counts[5],
-                      m.queue_wait_counts[6] + EXCLUDED.queue_wait_counts[6],
-                      m.queue_wait_counts[7] + EXCLUDED.queue_wait_counts[7],
-                      m.queue_wait_counts[8] + EXCLUDED.queue_wait_counts[8],
-                      m.queue_wait_counts[9] + EXCLUDED.queue_wait_counts[9],
-                      m.queue_wait_counts[10] + EXCLUDED.queue_wait_counts[10],
-                      m.queue_wait_counts[11] + EXCLUDED.queue_wait_counts[11],
-                      m.queue_wait_counts[12] + EXCLUDED.queue_wait_counts[12],
-                      m.queue_wait_counts[13] + EXCLUDED.queue_wait_counts[13]]
-       END,
+       queue_wait_counts = add_counts(m.queue_wait_counts, EXCLUDED.queue_wait_counts),
        queue_wait_s = m.queue_wait_s + EXCLUDED.queue_wait_s,
-       run_counts = CASE
-           WHEN EXCLUDED.run_counts IS NULL THEN m.run_counts
-           WHEN m.run_counts IS NULL THEN EXCLUDED.run_counts
-           ELSE ARRAY[m.run_counts[1] + EXCLUDED.run_counts[1],
-                      m.run_counts[2] + EXCLUDED.run_counts[2],
-                      m.run_counts[3] + EXCLUDED.run_counts[3],
-                      m.run_counts[4] + EXCLUDED.run_counts[4],
-                      m.run_counts[5] + EXCLUDED.run_counts[5],
-                      m.run_counts[6] + EXCLUDED.run_counts[6],
-                      m.run_counts[7] + EXCLUDED.run_counts[7],
-                      m.run_counts[8] + EXCLUDED.run_counts[8],
-                      m.run_counts[9] + EXCLUDED.run_counts[9],
-                      m.run_counts[10] + EXCLUDED.run_counts[10],
-                      m.run_counts[11] + EXCLUDED.run_counts[11],
-                      m.run_counts[12] + EXCLUDED.run_counts[12],
-                      m.run_counts[13] + EXCLUDED.run_counts[13]]
-       END,
+       run_counts = add_counts(m.run_counts, EXCLUDED.run_counts),
        run_s = m.run_s + EXCLUDED.run_s,
        jobs_compacted = m.jobs_compacted + EXCLUDED.jobs_compacted,
        events_compacted = m.events_compacted + EXCLUDED.events_compacted,

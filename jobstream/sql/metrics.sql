@@ -6,10 +6,12 @@
 --   SELECT pg_backend_pid(), provider, <its figures> FROM <its rows> GROUP BY provider
 --   ON CONFLICT (backend, provider) DO UPDATE SET <column> = m.<column> + EXCLUDED.<column>, ...
 -- The row is this backend's own, so the upsert never waits on another writer. Histograms are
--- arrays of cumulative counts, one per bound of DURATION_BUCKETS (jobstream/types.py), written
--- out as plain expressions, one `count(*) FILTER (WHERE <seconds> <= <bound>)` per bound, and
--- added element by element: SQL functions doing the same cost the claim's counting twice as
--- much. tests/unit/test_sql_literals.py checks that every one spells DURATION_BUCKETS.
+-- arrays of cumulative counts, one per bound of DURATION_BUCKETS (jobstream/types.py), merged
+-- with add_counts (schema.sql, inlined: free). The batch statements (CLAIM_JOBS,
+-- SUCCEED_ATTEMPTS) count them in plain expressions, one `count(*) FILTER (WHERE <seconds> <=
+-- <bound>)` per bound, which read the rows once and sort nothing; the one-row FINISH_ATTEMPT
+-- calls duration_counts (schema.sql). tests/unit/test_sql_literals.py checks that each spells
+-- DURATION_BUCKETS.
 
 -- name: METRICS_TOTALS
 -- Every counter, summed over the writers' rows (a row per live backend and provider, and the

@@ -18,15 +18,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from jobstream import jobs
-from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound, RateLimited
+from jobstream.errors import JobNotFound
 from jobstream.jobspec import JobSpec
 from jobstream.types import TERMINAL_STATUSES
 from server import validation
 from server.auth import sdk_tenant_id
-from server.jobs_api import log_created, read_body, refusal_problem, require_json, reservation
+from server.jobs_api import create, create_request, job_spec, log_created
 from server.problems import Problem, not_found
 from server.responses import json_response
-from server.simulated_rules import SimulatedRules
 from server.state import AppState, state
 from server.subscription import SubscriptionClosed
 from server.tail import Tail
@@ -42,21 +41,9 @@ MAX_STARTING_AFTER = 2**62  # far past any seq * STRIDE, and still a bigint
 async def create_response(request: Request) -> Response:
     app = state(request)
     tenant = await sdk_tenant_id(request)  # first: an unauthenticated caller learns nothing more
-    require_json(request)
-    key = validation.idempotency_key(
-        request.headers.get("idempotency-key"), required=app.settings.require_idempotency_key
-    )
-    asked = params.parse(
-        validation.parse_json(await read_body(request, app.settings.max_body_bytes))
-    )
-    spec = _job_spec(app, asked.job)
-    try:
-        outcome = await jobs.create(
-            app.pool, tenant, spec, key, reserved_usd=reservation(request, spec), clock=app.clock,
-            announce=app.notices.announce,
-        )  # fmt: skip
-    except (IdempotencyConflict, BudgetExceeded, RateLimited) as exc:
-        raise refusal_problem(exc) from exc
+    key, body = await create_request(request)
+    asked = params.parse(body)
+    outcome = await create(request, tenant, _job_spec(app, asked.job), key)
     job = outcome.job
     if outcome.created:
         log_created(job)
@@ -70,12 +57,7 @@ async def create_response(request: Request) -> Response:
 
 def _job_spec(app: AppState, body: dict[str, object]) -> JobSpec:
     try:
-        return validation.job_spec(
-            body,
-            default_provider=app.settings.default_provider,
-            simulated=SimulatedRules.of(app.settings),
-            allow_private_webhooks=app.settings.webhook_allow_private,
-        )
+        return job_spec(app, body)
     except Problem as problem:
         if problem.errors is None:
             raise
@@ -126,9 +108,7 @@ async def _current(app: AppState, tenant: str, head: Head) -> Response:
 
 
 async def retrieve_response(request: Request) -> Response:
-    app = state(request)
-    tenant = await sdk_tenant_id(request)
-    job_id = _job_id(request)
+    app, tenant, job_id = await _addressed(request)
     query = request.query_params
     # The SDKs send Accept: application/json even when they stream: `stream` alone decides.
     stream = _flag(query.get("stream"), "stream")
@@ -149,9 +129,7 @@ async def retrieve_response(request: Request) -> Response:
 async def cancel_response(request: Request) -> Response:
     """Idempotent, like /api/jobs/{id}/cancel: a queued response is cancelled at once, a running
     one stays in_progress until its worker confirms; a finished one is left as it is."""
-    app = state(request)
-    tenant = await sdk_tenant_id(request)
-    job_id = _job_id(request)
+    app, tenant, job_id = await _addressed(request)
     try:
         job, changed = await jobs.cancel(app.pool, tenant, job_id, app.clock)
     except JobNotFound:
@@ -163,9 +141,7 @@ async def cancel_response(request: Request) -> Response:
 
 async def delete_response(request: Request) -> Response:
     """A finished response goes, with its log; a running one is a 409 (cancel it first)."""
-    app = state(request)
-    tenant = await sdk_tenant_id(request)
-    job_id = _job_id(request)
+    app, tenant, job_id = await _addressed(request)
     try:
         deleted = await jobs.delete_finished(app.pool, tenant, job_id)
     except JobNotFound:
@@ -177,6 +153,12 @@ async def delete_response(request: Request) -> Response:
         )  # fmt: skip
     log.info("job_deleted", job_id=str(job_id))
     return json_response({"id": ids.response_id(job_id), "object": "response", "deleted": True})
+
+
+async def _addressed(request: Request) -> tuple[AppState, str, uuid.UUID]:
+    """The app, the caller's tenant (authenticated before the path is read) and the job the
+    path names."""
+    return state(request), await sdk_tenant_id(request), _job_id(request)
 
 
 def _job_id(request: Request) -> uuid.UUID:
@@ -203,10 +185,7 @@ def _flag(raw: str | None, name: str) -> bool:
 def _starting_after(raw: str | None) -> int:
     if raw is None:
         return -1
-    value = validation.ascii_int(raw, max_digits=19)
-    if value is None or value > MAX_STARTING_AFTER:
-        raise Problem(
-            400, "invalid-parameter", "Invalid parameter",
-            f"starting_after must be a sequence number, not {raw[:40]!r}.",
-        )  # fmt: skip
-    return value
+    return validation.int_param(
+        raw, MAX_STARTING_AFTER, "invalid-parameter", "Invalid parameter",
+        f"starting_after must be a sequence number, not {raw[:40]!r}.",
+    )  # fmt: skip

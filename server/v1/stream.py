@@ -52,11 +52,7 @@ class ResponseStream(Response):
         response = EventStream(
             self._body(), heartbeat_s=self._app.settings.sse_heartbeat_s, stop=self._stop
         )
-        self._app.open_streams += 1
-        try:
-            await response(scope, receive, send)
-        finally:
-            self._app.open_streams -= 1
+        await self._app.serve_stream(response, scope, receive, send)
 
     async def _body(self) -> AsyncGenerator[bytes, None]:
         app = self._app

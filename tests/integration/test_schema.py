@@ -11,7 +11,8 @@ import pytest
 from jobstream import db, migrations
 from tests.support import database
 
-# The parts of a catalog two schemas must share: columns, constraints, indexes and views.
+# The parts of a catalog two schemas must share: columns, constraints, indexes, views and
+# functions.
 CATALOG = """
 SELECT 'column' AS kind, c.relname || '.' || a.attname AS name,
        format_type(a.atttypid, a.atttypmod) || ' null=' || (NOT a.attnotnull)::text
@@ -28,6 +29,10 @@ UNION ALL
 SELECT 'index', indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'
 UNION ALL
 SELECT 'view', viewname, definition FROM pg_views WHERE schemaname = 'public'
+UNION ALL
+SELECT 'function', p.oid::regprocedure::text, pg_get_functiondef(p.oid)
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace AND n.nspname = 'public'
+ WHERE p.prokind <> 'a'
 ORDER BY 1, 2
 """
 

@@ -72,21 +72,32 @@ def test_status_lists_are_the_active_or_the_terminal_statuses() -> None:
 
 def test_histograms_count_at_each_of_the_duration_buckets() -> None:
     histograms = re.findall(r"ARRAY\[(count\(\*\) FILTER .*?)\]", EVERY_STATEMENT, re.S)
-    assert len(histograms) == 4  # queue waits (claims), run times (3 statements end attempts)
+    assert len(histograms) == 2  # queue waits (CLAIM_JOBS), run times (SUCCEED_ATTEMPTS)
     for histogram in histograms:
         assert histogram.count("count(*)") == len(DURATION_BUCKETS)
         bounds = re.findall(r"<= ([0-9.]+)\)", histogram)
         assert [float(b) for b in bounds] == list(DURATION_BUCKETS)
+    # FINISH_ATTEMPT's one row: schema.sql's duration_counts.
+    assert "duration_counts(array_agg(run_s ORDER BY run_s))" in queries.FINISH_ATTEMPT
+    bounds = re.findall(r"width_bucket\(([0-9.]+), sorted\)", _function("duration_counts"))
+    assert [float(b) for b in bounds] == list(DURATION_BUCKETS)
 
 
 def test_histograms_are_added_bucket_by_bucket() -> None:
-    added = re.findall(r"ELSE ARRAY\[(.*?)\]\s+END", EVERY_STATEMENT, re.S)
-    # CLAIM_JOBS, SUCCEED_ATTEMPTS, FINISH_ATTEMPT, MARK_ATTEMPT_LOST, and FOLD_METRIC_TOTALS' two
-    assert len(added) == 6
-    assert len(added) == EVERY_STATEMENT.count("ELSE ARRAY[")
-    for sums in added:
-        terms = re.findall(r"m\.(\w+)\[(\d+)\] \+ EXCLUDED\.(\w+)\[(\d+)\]", sums)
-        assert len(terms) == len(DURATION_BUCKETS) == sums.count("+")
-        for i, (column, at, excluded, excluded_at) in enumerate(terms, start=1):
-            assert (column, int(at), int(excluded_at)) == (excluded, i, i)
-            assert column == terms[0][0]
+    assert "ELSE ARRAY[" not in EVERY_STATEMENT  # merged by add_counts, not written out
+    merged = re.findall(r"(\w+) = add_counts\(m\.(\w+), EXCLUDED\.(\w+)\)", EVERY_STATEMENT)
+    # CLAIM_JOBS, SUCCEED_ATTEMPTS, FINISH_ATTEMPT, and FOLD_METRIC_TOTALS' two
+    assert len(merged) == 5
+    assert all(column == m == excluded for column, m, excluded in merged)
+    terms = re.findall(r"a\[(\d+)\] \+ b\[(\d+)\]", _function("add_counts"))
+    assert [(int(a), int(b)) for a, b in terms] == [
+        (i, i) for i in range(1, len(DURATION_BUCKETS) + 1)
+    ]
+
+
+def _function(name: str) -> str:
+    """The body of a function of schema.sql."""
+    schema = (ROOT / "schema.sql").read_text(encoding="utf-8")
+    found = re.search(rf"CREATE OR REPLACE FUNCTION {name}\(.*?\$\$(.*?)\$\$", schema, re.S)
+    assert found, name
+    return found.group(1)

@@ -1,0 +1,53 @@
+"""What both processes read: the database, logging and the embedded PostgreSQL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobstream.settings.fields import not_above, one_of, setting
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class ProcessSettings:
+    database_url: str | None = setting(
+        "DATABASE_URL",
+        None,
+        "PostgreSQL URL. Unset: `make run` and the tests start an embedded PostgreSQL.",
+    )
+    db_pool_min: int = setting("JOBSTREAM_DB_POOL_MIN", 1, "Pool connections kept open.", minimum=0)
+    db_pool_max: int = setting("JOBSTREAM_DB_POOL_MAX", 10, "Pool connections at most.", minimum=1)
+    db_connect_timeout_s: float = setting(
+        "JOBSTREAM_DB_CONNECT_TIMEOUT_S",
+        60.0,
+        "Seconds to keep retrying the database at start-up before giving up.",
+        minimum=0,
+    )
+    log_level: str = setting("JOBSTREAM_LOG_LEVEL", "info", "debug, info, warning or error.")
+    log_json: bool | None = setting(
+        "JOBSTREAM_LOG_JSON",
+        None,
+        "JSON log lines (true) or console lines (false). Unset: console lines when stderr is a "
+        "terminal, JSON otherwise. Colour only on a terminal.",
+    )
+    pg_port: int = setting(
+        "JOBSTREAM_PG_PORT",
+        54329,
+        "Port of the embedded PostgreSQL that `make run` starts when DATABASE_URL is unset; the "
+        "same every run, so its URL is postgresql://postgres@127.0.0.1:54329/postgres.",
+        minimum=1,
+    )
+
+
+def problems(settings: ProcessSettings) -> list[str]:
+    found = not_above(settings, "db_pool_min", "db_pool_max")
+    if settings.log_level not in LOG_LEVELS:
+        found.append(
+            f"JOBSTREAM_LOG_LEVEL={settings.log_level!r}: {one_of(settings.log_level, LOG_LEVELS)}"
+        )
+    if settings.database_url is not None and not settings.database_url.startswith(
+        ("postgres://", "postgresql://")
+    ):
+        found.append("DATABASE_URL must start with postgresql://")
+    return found

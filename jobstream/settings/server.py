@@ -1,0 +1,103 @@
+"""What the HTTP server reads: where it listens, what it accepts, how its SSE streams behave."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobstream.settings.fields import setting
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str = setting("JOBSTREAM_HOST", "127.0.0.1", "Address the HTTP server binds to.")
+    port: int = setting("JOBSTREAM_PORT", 8000, "Port the HTTP server binds to.", minimum=0)
+    max_body_bytes: int = setting(
+        "JOBSTREAM_MAX_BODY_BYTES",
+        1_048_576,
+        "Largest request body accepted, bytes (413).",
+        minimum=1,
+    )
+    max_batch_body_bytes: int = setting(
+        "JOBSTREAM_MAX_BATCH_BODY_BYTES",
+        16_777_216,
+        "Largest body of POST /api/jobs/batch (up to 1,000 jobs), bytes (413).",
+        minimum=1,
+    )
+    max_connections: int | None = setting(
+        "JOBSTREAM_MAX_CONNECTIONS",
+        None,
+        "Connections the server serves at once, open SSE streams included; a request on one "
+        "more is answered 503. Unset: half the open-file limit (raised to the hard limit at "
+        "start), at most 10,000.",
+        minimum=1,
+    )
+    head_timeout_s: float = setting(
+        "JOBSTREAM_HEAD_TIMEOUT_S",
+        10.0,
+        "Seconds a connection has to send a whole request head, from when it opens or its "
+        "previous response ends; then the server closes it.",
+        minimum=0.1,
+    )
+    keep_alive_s: int = setting(
+        "JOBSTREAM_KEEP_ALIVE_S",
+        5,
+        "Seconds an idle connection stays open after a response (a proxy's upstream keep-alive "
+        "must be shorter).",
+        minimum=1,
+    )
+    require_idempotency_key: bool = setting(
+        "JOBSTREAM_REQUIRE_IDEMPOTENCY_KEY", False, "Reject job creation without Idempotency-Key."
+    )
+    require_api_key: bool = setting(
+        "JOBSTREAM_REQUIRE_API_KEY",
+        False,
+        "Refuse /api/jobs requests without `Authorization: Bearer <key>` (401). Off: those are "
+        "the `default` tenant's; a key that is sent is always checked.",
+    )
+    sse_heartbeat_s: float = setting(
+        "JOBSTREAM_SSE_HEARTBEAT_S", 15.0, "Seconds between SSE heartbeat comments.", minimum=0.1
+    )
+    sse_retry_ms: int = setting(
+        "JOBSTREAM_SSE_RETRY_MS",
+        1000,
+        "Reconnect delay the SSE `retry:` field asks for, ms.",
+        minimum=0,
+    )
+    sse_send_timeout_s: float = setting(
+        "JOBSTREAM_SSE_SEND_TIMEOUT_S",
+        30.0,
+        "An SSE stream whose client has not taken a frame this many seconds after it was sent "
+        "ends (the client stopped reading; it resumes from its last event id when it wakes).",
+        minimum=0.1,
+    )
+    hub_recheck_s: float = setting(
+        "JOBSTREAM_HUB_RECHECK_S",
+        5.0,
+        "Seconds between the hub's re-reads that catch any lost NOTIFY.",
+        minimum=0.05,
+    )
+    hub_probe_s: float = setting(
+        "JOBSTREAM_HUB_PROBE_S",
+        10.0,
+        "Seconds between liveness probes of the server's LISTEN connection; one that goes "
+        "unanswered reconnects it.",
+        minimum=0.05,
+    )
+    subscriber_buffer: int = setting(
+        "JOBSTREAM_SUBSCRIBER_BUFFER",
+        1024,
+        "Events buffered per stream subscriber before it is cut off to reconnect.",
+        minimum=1,
+    )
+    stream_token_ttl_s: int = setting(
+        "JOBSTREAM_STREAM_TOKEN_TTL_S",
+        3600,
+        "Lifetime of a signed events_url token, seconds.",
+        minimum=1,
+    )
+    secret_key: str = setting(
+        "JOBSTREAM_SECRET_KEY",
+        "",
+        "Key that signs events_url tokens. Empty: a random key per process (single server only).",
+        secret=True,
+    )
