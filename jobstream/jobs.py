@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -28,6 +29,8 @@ from jobstream.sql import queries
 # Rows leave the repository as plain dicts, so callers may adjust and serialise them freely.
 Job = dict[str, Any]
 
+_NOTHING = Decimal(0)
+
 
 @dataclass(frozen=True)
 class Created:
@@ -35,17 +38,21 @@ class Created:
     created: bool  # False: an earlier request with the same key and body made it
 
 
-@dataclass(frozen=True)
 class NewJob:
-    """One job to create: what it asks for, its idempotency key, and what to reserve for it."""
+    """One job to create: what it asks for, its idempotency key, and what to reserve for it.
 
-    spec: JobSpec
-    idempotency_key: str | None = None
-    reserved_usd: Decimal = Decimal(0)
-    request_hash: str = field(init=False)  # same key + same hash = the same job
+    A plain class with slots, not a frozen dataclass: a batch makes a thousand of these, and a
+    frozen __init__ (object.__setattr__ per field, then __post_init__'s) cost 1 µs more each."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "request_hash", self.spec.request_hash())
+    __slots__ = ("idempotency_key", "request_hash", "reserved_usd", "spec")
+
+    def __init__(
+        self, spec: JobSpec, idempotency_key: str | None = None, reserved_usd: Decimal = _NOTHING
+    ) -> None:
+        self.spec = spec
+        self.idempotency_key = idempotency_key
+        self.reserved_usd = reserved_usd
+        self.request_hash = spec.request_hash()  # same key + same hash = the same job
 
 
 # Why an item of a create was refused. Returned, not raised, by create_many: in a batch, a
@@ -92,7 +99,7 @@ async def create_many(
     notices); without it, this call sends the NOTIFY itself once the jobs are committed.
     """
     now = clock.now() if clock is not None else None
-    ids = [uuid.uuid4() for _ in items]
+    ids = _new_ids(len(items))
     async with pool.acquire() as conn:
         rows = await conn.fetch(
             queries.INSERT_JOBS, *_columns(ids, tenant_id, items), now, True, _retain(items)
@@ -125,6 +132,13 @@ async def create_many(
     return [
         _outcome(item, ids[i], inserted, refused.get(i), existing) for i, item in enumerate(items)
     ]
+
+
+def _new_ids(count: int) -> list[uuid.UUID]:
+    """`count` random (version 4) UUIDs from one read of the system's randomness: what
+    uuid.uuid4() makes, without its system call for each one."""
+    raw = os.urandom(16 * count)
+    return [uuid.UUID(bytes=raw[i : i + 16], version=4) for i in range(0, 16 * count, 16)]
 
 
 def _columns(ids: Sequence[uuid.UUID], tenant_id: str, items: Sequence[NewJob]) -> list[Any]:

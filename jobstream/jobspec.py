@@ -77,8 +77,8 @@ class JobSpec:
             payload["messages"] = self.messages
         if self.instructions is not None:
             payload["instructions"] = self.instructions
-        if sampling := self.sampling():
-            payload["sampling"] = sampling
+        if self.temperature is not None or self.top_p is not None:
+            payload["sampling"] = self.sampling()
         return payload
 
     def sampling(self) -> dict[str, float]:

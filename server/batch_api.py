@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from jobstream import jobs
+from jobstream.settings import Settings
 from server import representation, validation
 from server.auth import tenant_id
 from server.jobs_api import read_body, refusal_problem, require_json, reservation
@@ -42,9 +43,10 @@ async def create_batch(request: Request) -> Response:
         )  # fmt: skip
     answers: list[dict[str, Any] | None] = [None] * len(items)
     valid: list[tuple[int, jobs.NewJob]] = []
+    rules = SimulatedRules.of(app.settings)  # once a batch, not once an item
     for i, item in enumerate(items):
         try:
-            valid.append((i, _new_job(request, item)))
+            valid.append((i, _new_job(request, app.settings, rules, item)))
         except Problem as problem:
             answers[i] = problem.body()
     outcomes = await jobs.create_many(app.pool, tenant, [new for _, new in valid], clock=app.clock)
@@ -52,21 +54,21 @@ async def create_batch(request: Request) -> Response:
     for (i, _), outcome in zip(valid, outcomes, strict=True):
         if isinstance(outcome, jobs.Created):
             created += outcome.created
-            answers[i] = {
-                **representation.created(outcome.job, app.tokens),
-                "replayed": not outcome.created,
-            }
+            answer = representation.created(outcome.job, app.tokens)
+            answer["replayed"] = not outcome.created
+            answers[i] = answer
         else:
             answers[i] = refusal_problem(outcome).body()
     log.info("jobs_created", tenant_id=tenant, items=len(items), created=created)
     return json_response({"results": answers})
 
 
-def _new_job(request: Request, item: object) -> jobs.NewJob:
-    settings = state(request).settings
+def _new_job(
+    request: Request, settings: Settings, rules: SimulatedRules, item: object
+) -> jobs.NewJob:
     if not isinstance(item, dict):
         raise Problem(422, "validation", "Invalid request", "Each job must be a JSON object.")
-    fields = dict(item)
+    fields = item  # parsed for this request alone: the key is taken out in place, not a copy
     raw_key = fields.pop("idempotency_key", None)
     if raw_key is not None and not isinstance(raw_key, str):
         raise Problem(
@@ -77,7 +79,7 @@ def _new_job(request: Request, item: object) -> jobs.NewJob:
     spec = validation.job_spec(
         fields,
         default_provider=settings.default_provider,
-        simulated=SimulatedRules.of(settings),
+        simulated=rules,
         allow_private_webhooks=settings.webhook_allow_private,
     )
     return jobs.NewJob(spec, key, reservation(request, spec))

@@ -19,7 +19,10 @@ class StreamTokens:
     def __init__(self, secret: str, ttl_s: int, *, now: Callable[[], float] = time.time) -> None:
         # No configured secret: a random one per process, so tokens are valid on this server
         # only (fine for a single server; replicas need JOBSTREAM_SECRET_KEY).
-        self._key = secret.encode() if secret else secrets.token_bytes(32)
+        key = secret.encode() if secret else secrets.token_bytes(32)
+        # Keyed once, copied for each token: hmac.new per token padded and hashed the key again
+        # (1.4 µs of the 5 a token cost; a batch create issues a thousand).
+        self._mac = hmac.new(key, digestmod=hashlib.sha256)
         self._ttl_s = ttl_s
         self._now = now
 
@@ -41,6 +44,6 @@ class StreamTokens:
 
     def _sign(self, job_id: str, expires: int) -> str:
         # The purpose prefix keeps this MAC from ever being mistaken for another use of the key.
-        message = f"jobstream-events:{job_id}:{expires}".encode()
-        digest = hmac.new(self._key, message, hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+        mac = self._mac.copy()
+        mac.update(f"jobstream-events:{job_id}:{expires}".encode())
+        return base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")
