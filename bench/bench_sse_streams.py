@@ -49,7 +49,7 @@ async def open_streams(url: str, count: int) -> None:
     pool = await db.create_pool(url, min_size=1, max_size=2)
     try:
         spec = JobSpec(prompt="idle", provider="simulated", max_tokens=1)
-        job_ids = [(await jobs.create(pool, "default", spec, None)).job["id"] for _ in range(JOBS)]
+        job_ids = [(await jobs.create(pool, "default", spec, None)).job.id for _ in range(JOBS)]
     finally:
         await pool.close()
     port = _free_port()

@@ -123,7 +123,7 @@ async def many_streams(url: str, count: int, commit_ceiling: float) -> None:
             spec = JobSpec(
                 prompt=f"scale {n}", provider="simulated", max_tokens=TOKENS, simulate=simulate
             )
-            job_ids.append(str((await jobs.create(pool, "default", spec, None)).job["id"]))
+            job_ids.append(str((await jobs.create(pool, "default", spec, None)).job.id))
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             await _until_up(client)
         followers = [_Follower(port, job_id) for job_id in job_ids]

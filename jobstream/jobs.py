@@ -24,17 +24,15 @@ from jobstream.errors import (
 )
 from jobstream.events import NewEvent
 from jobstream.jobspec import JobSpec
+from jobstream.rows import JobRow
 from jobstream.sql import queries
-
-# Rows leave the repository as plain dicts, so callers may adjust and serialise them freely.
-Job = dict[str, Any]
 
 _NOTHING = Decimal(0)
 
 
 @dataclass(frozen=True)
 class Created:
-    job: Job
+    job: JobRow
     created: bool  # False: an earlier request with the same key and body made it
 
 
@@ -238,7 +236,7 @@ def _outcome(
         return refusal
     row = inserted.get(job_id)
     if row is not None:
-        return Created(_job(row), created=True)
+        return Created(JobRow.of(row), created=True)
     key = item.idempotency_key
     found = existing.get(key) if key is not None else None
     if found is None:
@@ -249,29 +247,17 @@ def _outcome(
         return IdempotencyConflict(
             f"Idempotency-Key {key!r} was used with a different request body"
         )
-    return Created(dict(found), created=False)
+    return Created(JobRow.of(found), created=False)
 
 
-def _job(row: asyncpg.Record) -> Job:
-    # INSERT_JOBS returns its own column (`go`) beside the job's.
-    job = dict(row)
-    del job["go"]
-    return job
-
-
-def _with_seq(row: asyncpg.Record, last_seq: int) -> Job:
-    # RETURNING predates the events appended after it in the same transaction.
-    return {**dict(row), "last_seq": last_seq}
-
-
-async def get(conn: Queryable, tenant_id: str, job_id: uuid.UUID) -> Job:
+async def get(conn: Queryable, tenant_id: str, job_id: uuid.UUID) -> JobRow:
     row = await conn.fetchrow(queries.SELECT_JOB, job_id, tenant_id)
     if row is None:
         raise JobNotFound(str(job_id))
-    return dict(row)
+    return JobRow.of(row)
 
 
-async def attempts(conn: Queryable, job_id: uuid.UUID) -> list[Job]:
+async def attempts(conn: Queryable, job_id: uuid.UUID) -> list[dict[str, Any]]:
     return [dict(r) for r in await conn.fetch(queries.SELECT_ATTEMPTS, job_id)]
 
 
@@ -282,16 +268,17 @@ async def list_jobs(
     status: str | None,
     before: tuple[datetime, uuid.UUID] | None,
     limit: int,
-) -> list[Job]:
+) -> list[JobRow]:
     created_at, last_id = before if before else (None, None)
     rows = await pool.fetch(queries.LIST_JOBS, tenant_id, status, created_at, last_id, limit)
-    return [dict(r) for r in rows]
+    return [JobRow.of(r) for r in rows]
 
 
 async def cancel(
     pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID, clock: Clock
-) -> tuple[Job, bool]:
-    """Record the intent to cancel. Returns the job and whether this call changed it.
+) -> tuple[Snapshot, bool]:
+    """Record the intent to cancel. Returns the job as this call left it, and whether this call
+    changed it: one transaction decides and reads, so the two cannot disagree.
 
     A queued job is cancelled at once; a running one becomes `cancelling` and its worker, told by
     NOTIFY and at its next lease renewal, confirms. Anything else is left as it is.
@@ -301,61 +288,77 @@ async def cancel(
         if job is None:
             raise JobNotFound(str(job_id))
         now = clock.now()
+        changed = True
         if job["status"] == "queued":
             row = await conn.fetchrow(queries.CANCEL_QUEUED, job_id, now)
             assert row is not None  # the row is locked and queued
             await ledger.release(conn, job_id)
             await outbox.record_end(conn, job_id)
             done = {"status": "cancelled", "error": row["error"]}
-            last_seq = await events.append(
+            await events.append(
                 conn, job_id, row["attempts"], [NewEvent("done", done)], run_token=None
             )
-            return _with_seq(row, last_seq), True
-        if job["status"] == "running":
+        elif job["status"] == "running":
             row = await conn.fetchrow(queries.REQUEST_CANCEL_RUNNING, job_id, now)
             assert row is not None  # the row is locked and running
-            last_seq = await events.append(
+            await events.append(
                 conn,
                 job_id,
                 row["attempts"],
                 [NewEvent("status", {"status": "cancelling"})],
                 run_token=None,
             )
-            return _with_seq(row, last_seq), True
-        return dict(job), False
+        else:
+            changed = False
+        # Read again, not RETURNING: the append moved last_seq. The row lock holds the job's
+        # writers off until commit, so its text, attempts and last_seq agree.
+        return await _read(conn, await get(conn, tenant_id, job_id)), changed
+
+
+@dataclass(frozen=True)
+class Retried:
+    """An operator's retry asked of `job` (as it was when locked): the retry as it now is, and
+    whether this call made it. `retry` None: the job is not dead, or its retry is gone."""
+
+    job: JobRow
+    retry: Snapshot | None
+    created: bool = False
 
 
 async def retry_dead(
     pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID, clock: Clock
-) -> Created | None:
+) -> Retried:
     """An operator's retry of a `dead` job: a new job for the same work, linked both ways.
 
     The dead job stays as it ended (DESIGN.md §3: terminal states are final): its log keeps its
     one `done` at its end, its followers and its webhook saw the end of that job. The new job
     (`retry_of` the dead one, which gains `retried_as`) has its own log, attempts and webhook.
-    Returns it, `created` False when an earlier retry made it (a retried request makes no second
-    job); None when the job is not dead. A retry reserves the estimate again, so it passes the
+    Returns it as this transaction leaves it, `created` False when an earlier retry made it (a
+    retried request makes no second job). A retry reserves the estimate again, so it passes the
     tenant's budget and create rate as a create does (BudgetExceeded, RateLimited): with the
     tenant's own key, a retry was a way past both. Locks the dead job's row, then the tenant's,
     the order every writer keeps.
     """
     now = clock.now()
     async with pool.acquire() as conn, conn.transaction():
-        job = await conn.fetchrow(queries.SELECT_JOB_FOR_UPDATE, job_id, tenant_id)
-        if job is None:
+        record = await conn.fetchrow(queries.SELECT_JOB_FOR_UPDATE, job_id, tenant_id)
+        if record is None:
             raise JobNotFound(str(job_id))
-        if job["status"] != "dead":
-            return None
-        if job["retried_as"] is not None:
-            earlier = await conn.fetchrow(queries.SELECT_JOB, job["retried_as"], tenant_id)
-            # Retention may have deleted the retry: then there is nothing to replay.
-            return Created(dict(earlier), created=False) if earlier is not None else None
-        await _check_limits(conn, tenant_id, job["estimate_usd"], now)
+        job = JobRow.of(record)
+        if job.status != "dead":
+            return Retried(job, None)
+        if job.retried_as is not None:
+            # Locked (after the dead job, as RETRY_DEAD's order is) so that its worker's writes
+            # wait: its text and last_seq are read as of one moment. Retention may have deleted
+            # the retry: then there is nothing to replay.
+            earlier = await conn.fetchrow(queries.SELECT_JOB_FOR_UPDATE, job.retried_as, tenant_id)
+            if earlier is None:
+                return Retried(job, None)
+            return Retried(job, await _read(conn, JobRow.of(earlier)))
+        await _check_limits(conn, tenant_id, job.estimate_usd, now)
         row = await conn.fetchrow(queries.RETRY_DEAD, job_id, uuid.uuid4(), now)
         assert row is not None  # the row is locked, dead and not retried
-        retry = dict(row)
-        del retry["pg_notify"]  # the statement's wake-up for workers, not a column
-        return Created(retry, created=True)
+        return Retried(job, await _read(conn, JobRow.of(row)), created=True)
 
 
 async def _check_limits(conn: Conn, tenant_id: str, amount: Decimal, now: datetime | None) -> None:
@@ -384,8 +387,8 @@ async def _check_limits(conn: Conn, tenant_id: str, amount: Decimal, now: dateti
 class Snapshot:
     """A job, its attempts and the current attempt's text, as of one instant."""
 
-    job: Job
-    attempts: list[Job]
+    job: JobRow
+    attempts: list[dict[str, Any]]
     text: str
 
 
@@ -393,13 +396,17 @@ async def snapshot(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID) -> Sna
     # One repeatable-read transaction: the text and last_seq describe the same moment, so a
     # page that renders the text and streams from last_seq neither skips nor repeats a token.
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        job = await get(conn, tenant_id, job_id)
-        history = await attempts(conn, job_id)
-        if job["status"] == "succeeded":
-            # The accepted text is the truth, and stays so once retention compacts the tokens.
-            text = job["result"]["text"]
-        else:
-            text = await events.attempt_text(conn, job_id, job["attempts"])
+        return await _read(conn, await get(conn, tenant_id, job_id))
+
+
+async def _read(conn: Conn, job: JobRow) -> Snapshot:
+    """The rest of `job`'s snapshot, read in the caller's transaction."""
+    history = await attempts(conn, job.id)
+    if job.status == "succeeded" and job.result is not None:
+        # The accepted text is the truth, and stays so once retention compacts the tokens.
+        text: str = job.result["text"]
+    else:
+        text = await events.attempt_text(conn, job.id, job.attempts)
     return Snapshot(job, history, text)
 
 

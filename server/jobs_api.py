@@ -16,6 +16,7 @@ from starlette.responses import Response
 from jobstream import jobs
 from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound, RateLimited
 from jobstream.jobspec import JobSpec
+from jobstream.rows import JobRow
 from jobstream.types import JOB_STATUSES
 from server import gone, representation, validation
 from server.auth import tenant_id
@@ -129,10 +130,10 @@ async def create_job(request: Request) -> Response:
     return json_response(payload, 200, {**location, "Idempotent-Replayed": "true"})
 
 
-def log_created(job: jobs.Job) -> None:
+def log_created(job: JobRow) -> None:
     log.info(
-        "job_created", job_id=str(job["id"]), status=job["status"], provider=job["provider"],
-        tenant_id=job["tenant_id"], reserved_usd=str(job["reserved_usd"]),
+        "job_created", job_id=str(job.id), status=job.status, provider=job.provider,
+        tenant_id=job.tenant_id, reserved_usd=str(job.reserved_usd),
     )  # fmt: skip
 
 
@@ -162,8 +163,8 @@ async def get_job(request: Request) -> Response:
     return json_response(representation.detail(snap, app.tokens))
 
 
-def _encode_cursor(job: jobs.Job) -> str:
-    raw = f"{job['created_at'].isoformat()}|{job['id']}".encode()
+def _encode_cursor(job: JobRow) -> str:
+    raw = f"{job.created_at.isoformat()}|{job.id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -207,13 +208,12 @@ async def cancel_job(request: Request) -> Response:
     tenant = await tenant_id(request)
     job_id = job_id_param(request)
     try:
-        job, changed = await jobs.cancel(app.pool, tenant, job_id, app.clock)
-        snap = await jobs.snapshot(app.pool, tenant, job_id)
+        snap, changed = await jobs.cancel(app.pool, tenant, job_id, app.clock)
     except JobNotFound:
         raise await gone.missing(app, job_id, tenant) from None
     if changed:
-        log.info("job_cancel_requested", job_id=str(job_id), status=job["status"])
-    finished = not changed and job["status"] not in ("cancelling",)
+        log.info("job_cancel_requested", job_id=str(job_id), status=snap.job.status)
+    finished = not changed and snap.job.status != "cancelling"
     return json_response(representation.detail(snap, app.tokens), 200 if finished else 202)
 
 
@@ -229,19 +229,18 @@ async def retry_job(request: Request) -> Response:
     job_id = job_id_param(request)
     try:
         outcome = await jobs.retry_dead(app.pool, tenant, job_id, app.clock)
-        if outcome is None:
-            job = await jobs.get(app.pool, tenant, job_id)
-            why = "its retry is gone" if job["retried_as"] else f"it is {job['status']}"
-            raise Problem(
-                409, "not-dead", "Only dead jobs can be retried",
-                f"Job {job_id} cannot be retried: {why}.",
-            )  # fmt: skip
-        snap = await jobs.snapshot(app.pool, tenant, outcome.job["id"])
     except JobNotFound:
         raise await gone.missing(app, job_id, tenant) from None
     except (BudgetExceeded, RateLimited) as exc:
         raise refusal_problem(exc) from exc
-    payload = representation.detail(snap, app.tokens)
+    if outcome.retry is None:
+        job = outcome.job
+        why = "its retry is gone" if job.retried_as else f"it is {job.status}"
+        raise Problem(
+            409, "not-dead", "Only dead jobs can be retried",
+            f"Job {job_id} cannot be retried: {why}.",
+        )  # fmt: skip
+    payload = representation.detail(outcome.retry, app.tokens)
     location = {"Location": payload["poll_url"]}
     if outcome.created:
         log.info("job_retried", job_id=str(job_id), retry_id=payload["id"], status="queued")

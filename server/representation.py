@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from jobstream.jobs import Job, Snapshot
+from jobstream.jobs import Snapshot
+from jobstream.rows import JobRow
 from server.stream_tokens import StreamTokens
 
 
@@ -20,13 +21,13 @@ def links(job_id: str, tokens: StreamTokens) -> dict[str, str]:
     return {"events_url": events_url, "poll_url": base, "cancel_url": f"{base}/cancel"}
 
 
-def created(job: Job, tokens: StreamTokens) -> dict[str, Any]:
-    job_id = str(job["id"])
+def created(job: JobRow, tokens: StreamTokens) -> dict[str, Any]:
+    job_id = str(job.id)
     return {
         "id": job_id,
-        "status": job["status"],
-        "created_at": _iso(job["created_at"]),
-        "last_seq": job["last_seq"],
+        "status": job.status,
+        "created_at": _iso(job.created_at),
+        "last_seq": job.last_seq,
         **links(job_id, tokens),
     }
 
@@ -35,25 +36,25 @@ def _id(value: Any) -> str | None:
     return str(value) if value is not None else None
 
 
-def lineage(job: Job) -> dict[str, str | None]:
+def lineage(job: JobRow) -> dict[str, str | None]:
     """An operator's retry of a dead job is a new job: the links between the two."""
-    return {"retry_of": _id(job["retry_of"]), "retried_as": _id(job["retried_as"])}
+    return {"retry_of": _id(job.retry_of), "retried_as": _id(job.retried_as)}
 
 
-def summary(job: Job, tokens: StreamTokens) -> dict[str, Any]:
+def summary(job: JobRow, tokens: StreamTokens) -> dict[str, Any]:
     """A row of the job list."""
-    job_id = str(job["id"])
+    job_id = str(job.id)
     return {
         "id": job_id,
-        "status": job["status"],
-        "provider": job["provider"],
-        "prompt_preview": job["payload"]["prompt"][:120],
-        "attempts": job["attempts"],
-        "max_attempts": job["max_attempts"],
-        "created_at": _iso(job["created_at"]),
-        "run_at": _iso(job["run_after"]) if job["status"] == "queued" else None,
-        "finished_at": _iso(job["finished_at"]),
-        "metadata": job["metadata"],
+        "status": job.status,
+        "provider": job.provider,
+        "prompt_preview": job.payload["prompt"][:120],
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "created_at": _iso(job.created_at),
+        "run_at": _iso(job.run_after) if job.status == "queued" else None,
+        "finished_at": _iso(job.finished_at),
+        "metadata": job.metadata,
         **lineage(job),
         **links(job_id, tokens),
     }
@@ -83,34 +84,34 @@ def _attempt(row: dict[str, Any]) -> dict[str, Any]:
 
 def detail(snap: Snapshot, tokens: StreamTokens) -> dict[str, Any]:
     job = snap.job
-    job_id = str(job["id"])
+    job_id = str(job.id)
     return {
         "id": job_id,
-        "status": job["status"],
-        "provider": job["provider"],
-        "model": job["payload"].get("model"),
+        "status": job.status,
+        "provider": job.provider,
+        "model": job.payload.get("model"),
         # The input, so a job opened on another device can show what was asked.
-        "prompt": job["payload"]["prompt"],
-        "max_tokens": job["payload"]["max_tokens"],
-        "priority": job["priority"],
-        "attempts": job["attempts"],
-        "max_attempts": job["max_attempts"],
-        "created_at": _iso(job["created_at"]),
-        "started_at": _iso(job["started_at"]),
-        "finished_at": _iso(job["finished_at"]),
+        "prompt": job.payload["prompt"],
+        "max_tokens": job.payload["max_tokens"],
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "created_at": _iso(job.created_at),
+        "started_at": _iso(job.started_at),
+        "finished_at": _iso(job.finished_at),
         # When a queued job may start: its run_at or delay_s, or a scheduled retry.
-        "run_at": _iso(job["run_after"]) if job["status"] == "queued" else None,
-        "last_seq": job["last_seq"],
-        "output": {"attempt": job["attempts"], "text": snap.text},
-        "result": job["result"],
-        "error": job["error"],
-        "cancel_requested": job["cancel_requested_at"] is not None,
-        "metadata": job["metadata"],
+        "run_at": _iso(job.run_after) if job.status == "queued" else None,
+        "last_seq": job.last_seq,
+        "output": {"attempt": job.attempts, "text": snap.text},
+        "result": job.result,
+        "error": job.error,
+        "cancel_requested": job.cancel_requested_at is not None,
+        "metadata": job.metadata,
         # Retention: what the create asked for (null: the deployment's), and when the job will
         # be deleted, known once the janitor has settled it (JOBSTREAM_COMPACT_AFTER_S after
         # its end). Then its id answers 410 for a while, and 404.
-        "retain_s": job["retain_s"],
-        "expires_at": _iso(job["expires_at"]),
+        "retain_s": job.retain_s,
+        "expires_at": _iso(job.expires_at),
         "attempt_history": [_attempt(a) for a in snap.attempts],
         **lineage(job),
         **links(job_id, tokens),

@@ -49,9 +49,9 @@ async def create_response(request: Request) -> Response:
         log_created(job)
     head = Head.of(job, app.settings)
     if asked.stream:
-        return ResponseStream(app, head, last_seq=job["last_seq"], live=True)
-    if not asked.background and job["status"] not in TERMINAL_STATUSES:
-        await _until_finished(request, app, job["id"], job["last_seq"])
+        return ResponseStream(app, head, last_seq=job.last_seq, live=True)
+    if not asked.background and job.status not in TERMINAL_STATUSES:
+        await _until_finished(request, app, job.id, job.last_seq)
     return await _current(app, tenant, head)
 
 
@@ -114,16 +114,17 @@ async def retrieve_response(request: Request) -> Response:
     stream = _flag(query.get("stream"), "stream")
     starting_after = _starting_after(query.get("starting_after"))
     try:
+        if not stream:
+            snap = await jobs.snapshot(app.pool, tenant, job_id)
+            return json_response(objects.from_snapshot(Head.of(snap.job, app.settings), snap))
         job = await jobs.get(app.pool, tenant, job_id)
     except JobNotFound:
         raise _unknown(job_id) from None
-    head = Head.of(job, app.settings)
-    if stream:
-        live = job["status"] not in TERMINAL_STATUSES
-        return ResponseStream(
-            app, head, last_seq=job["last_seq"], live=live, starting_after=starting_after
-        )
-    return await _current(app, tenant, head)
+    live = job.status not in TERMINAL_STATUSES
+    return ResponseStream(
+        app, Head.of(job, app.settings), last_seq=job.last_seq, live=live,
+        starting_after=starting_after,
+    )  # fmt: skip
 
 
 async def cancel_response(request: Request) -> Response:
@@ -131,12 +132,12 @@ async def cancel_response(request: Request) -> Response:
     one stays in_progress until its worker confirms; a finished one is left as it is."""
     app, tenant, job_id = await _addressed(request)
     try:
-        job, changed = await jobs.cancel(app.pool, tenant, job_id, app.clock)
+        snap, changed = await jobs.cancel(app.pool, tenant, job_id, app.clock)
     except JobNotFound:
         raise _unknown(job_id) from None
     if changed:
-        log.info("job_cancel_requested", job_id=str(job_id), status=job["status"])
-    return await _current(app, tenant, Head.of(job, app.settings))
+        log.info("job_cancel_requested", job_id=str(job_id), status=snap.job.status)
+    return json_response(objects.from_snapshot(Head.of(snap.job, app.settings), snap))
 
 
 async def delete_response(request: Request) -> Response:

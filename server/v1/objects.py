@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from jobstream.jobs import Job, Snapshot
+from jobstream.jobs import Snapshot
+from jobstream.rows import JobRow
 from jobstream.settings import Settings
 from server.v1 import ids
 
@@ -98,18 +99,18 @@ class Head:
     metadata: dict[str, Any]
 
     @classmethod
-    def of(cls, job: Job, settings: Settings) -> Head:
-        payload = job["payload"]
+    def of(cls, job: JobRow, settings: Settings) -> Head:
+        payload = job.payload
         sampling = payload.get("sampling") or {}
         return cls(
-            job_id=job["id"],
-            created_at=int(job["created_at"].timestamp()),
-            model=payload.get("model") or default_model(settings, job["provider"]),
+            job_id=job.id,
+            created_at=int(job.created_at.timestamp()),
+            model=payload.get("model") or default_model(settings, job.provider),
             instructions=payload.get("instructions"),
             max_output_tokens=payload["max_tokens"],
             temperature=sampling.get("temperature"),
             top_p=sampling.get("top_p"),
-            metadata=job["metadata"],
+            metadata=job.metadata,
         )
 
     def response(
@@ -153,11 +154,12 @@ def from_snapshot(head: Head, snap: Snapshot) -> dict[str, Any]:
     """The response as `GET /v1/responses/{id}` shows it: the latest attempt's item, its text so
     far; a completed response has only the accepted attempt's, with the result's text."""
     job = snap.job
-    status = STATUSES[job["status"]]
-    attempt = job["attempts"]
+    status = STATUSES[job.status]
+    attempt = job.attempts
+    result = job.result or {}  # a completed job always has one
     output: list[dict[str, Any]] = []
     if status == "completed":
-        output = [message(head.job_id, attempt, job["result"]["text"], "completed")]
+        output = [message(head.job_id, attempt, result["text"], "completed")]
     elif attempt > 0 and status != "queued":
         # Queued again means the last attempt failed and a retry waits: its text is not the
         # answer, and the retry's item will come.
@@ -166,7 +168,7 @@ def from_snapshot(head: Head, snap: Snapshot) -> dict[str, Any]:
     return head.response(
         status,
         output=output,
-        usage=usage(job["result"]["usage"]) if status == "completed" else None,
-        error=error(job["error"]) if status == "failed" else None,
-        completed_at=_epoch(job["finished_at"]) if status == "completed" else None,
+        usage=usage(result["usage"]) if status == "completed" else None,
+        error=error(job.error) if status == "failed" else None,
+        completed_at=_epoch(job.finished_at) if status == "completed" else None,
     )

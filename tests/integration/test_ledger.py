@@ -61,7 +61,7 @@ async def test_success_charges_the_accepted_price_once_and_frees_the_reservation
 @pytest.mark.parametrize("end", ["cancel_queued", "permanent_failure", "cancel_running"])
 async def test_every_other_end_releases_the_reservation(pool: asyncpg.Pool, end: str) -> None:
     created = await jobs.create(pool, "default", spec(), None, reserved_usd=Decimal("0.5"))
-    job_id = created.job["id"]
+    job_id = created.job.id
     assert await tenant_money(pool) == (Decimal("0.5"), Decimal(0))
     if end == "cancel_queued":
         await jobs.cancel(pool, "default", job_id, CLOCK)

@@ -122,8 +122,8 @@ async def test_the_outbox_row_commits_with_the_jobs_end(
     cancelled = await create_job(pool, webhook_url=url)
     silent = await create_job(pool, webhook_url=None)
     assert await deliveries(pool, cancelled) == []  # a queued job has not ended
-    job, changed = await jobs.cancel(pool, "default", cancelled, manual_clock())
-    assert changed and job["status"] == "cancelled"
+    snap, changed = await jobs.cancel(pool, "default", cancelled, manual_clock())
+    assert changed and snap.job.status == "cancelled"
     # Read right after the cancel returned, with no polling: it committed with the job's end.
     [row] = await deliveries(pool, cancelled)
     assert (row["event"], row["url"], row["status"]) == ("job.cancelled", url, "pending")

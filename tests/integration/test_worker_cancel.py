@@ -48,8 +48,8 @@ async def test_cancelling_a_queued_job_ends_it_before_any_attempt(
     pool: asyncpg.Pool, settings: Settings
 ) -> None:
     job_id = await create_job(pool, simulate=fast(5))
-    job, changed = await jobs.cancel(pool, "default", job_id, DatabaseClock())
-    assert changed and job["status"] == "cancelled"
+    snap, changed = await jobs.cancel(pool, "default", job_id, DatabaseClock())
+    assert changed and snap.job.status == "cancelled"
     later = await create_job(pool, simulate=fast(5))
     async with running_worker(settings, pool=pool):
         # The later job ran, so the worker has looked at the queue since the cancel.
@@ -69,8 +69,8 @@ async def test_cancelling_a_running_job_is_confirmed_by_its_worker_at_once(
     # A 30 s lease renews every 10 s: confirming within 5 s proves the NOTIFY path.
     async with running_worker(settings, pool=pool) as worker:
         await wait_for_tokens(pool, job_id)
-        job, changed = await jobs.cancel(pool, "default", job_id, DatabaseClock())
-        assert changed and job["status"] == "cancelling"
+        snap, changed = await jobs.cancel(pool, "default", job_id, DatabaseClock())
+        assert changed and snap.job.status == "cancelling"
         await wait_for_status(pool, job_id, "cancelled", timeout_s=5)
         await wait_idle(worker, what="the worker is idle")
     (attempt,) = await attempt_rows(pool, job_id)

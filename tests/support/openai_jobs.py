@@ -64,7 +64,7 @@ async def create_openai_job(
     async with OpenAIProvider(settings) as provider:
         reservation = provider.estimate_cost(request, spec.max_tokens)
     created = await jobs.create(pool, "default", spec, str(uuid.uuid4()), reserved_usd=reservation)
-    job_id: uuid.UUID = created.job["id"]
+    job_id: uuid.UUID = created.job.id
     return job_id
 
 

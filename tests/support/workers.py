@@ -15,6 +15,7 @@ from jobstream import events, jobs
 from jobstream.events import Event
 from jobstream.jobspec import JobSpec
 from jobstream.settings import Settings
+from jobstream.sql import queries
 from tests.support.clock import ManualClock
 from tests.support.polling import eventually
 from worker.worker import Worker
@@ -46,12 +47,15 @@ async def create_job(pool: asyncpg.Pool, **fields: Any) -> uuid.UUID:
     fields.setdefault("prompt", "tell me a story")
     fields.setdefault("provider", "simulated")
     created = await jobs.create(pool, "default", JobSpec(**fields), str(uuid.uuid4()))
-    job_id: uuid.UUID = created.job["id"]
+    job_id: uuid.UUID = created.job.id
     return job_id
 
 
 async def job_row(pool: asyncpg.Pool, job_id: uuid.UUID) -> Row:
-    return await jobs.get(pool, "default", job_id)
+    """Every column of the job, the worker's own (run_token, lease_until...) too."""
+    row = await pool.fetchrow(queries.SELECT_JOB, job_id, "default")
+    assert row is not None, f"no job {job_id}"
+    return dict(row)
 
 
 async def attempt_rows(pool: asyncpg.Pool, job_id: uuid.UUID) -> list[Row]:
