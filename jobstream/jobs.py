@@ -1,4 +1,7 @@
-"""Jobs as the API sees them: create (idempotent), read, list, cancel."""
+"""Jobs as the API changes them: create (idempotent, one or a batch), cancel, retry, delete.
+
+What a change answers is read in its own transaction (jobstream/job_reads.py).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +15,9 @@ from typing import Any
 
 import asyncpg
 
-from jobstream import events, ledger, outbox
+from jobstream import events, job_reads, ledger, outbox
 from jobstream.clock import Clock
-from jobstream.db import Conn, Queryable
+from jobstream.db import Conn
 from jobstream.errors import (
     BudgetExceeded,
     IdempotencyConflict,
@@ -23,6 +26,7 @@ from jobstream.errors import (
     RateLimited,
 )
 from jobstream.events import NewEvent
+from jobstream.job_reads import Snapshot
 from jobstream.jobspec import JobSpec
 from jobstream.rows import JobRow
 from jobstream.sql import queries
@@ -250,30 +254,6 @@ def _outcome(
     return Created(JobRow.of(found), created=False)
 
 
-async def get(conn: Queryable, tenant_id: str, job_id: uuid.UUID) -> JobRow:
-    row = await conn.fetchrow(queries.SELECT_JOB, job_id, tenant_id)
-    if row is None:
-        raise JobNotFound(str(job_id))
-    return JobRow.of(row)
-
-
-async def attempts(conn: Queryable, job_id: uuid.UUID) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(queries.SELECT_ATTEMPTS, job_id)]
-
-
-async def list_jobs(
-    pool: asyncpg.Pool,
-    tenant_id: str,
-    *,
-    status: str | None,
-    before: tuple[datetime, uuid.UUID] | None,
-    limit: int,
-) -> list[JobRow]:
-    created_at, last_id = before if before else (None, None)
-    rows = await pool.fetch(queries.LIST_JOBS, tenant_id, status, created_at, last_id, limit)
-    return [JobRow.of(r) for r in rows]
-
-
 async def cancel(
     pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID, clock: Clock
 ) -> tuple[Snapshot, bool]:
@@ -312,7 +292,7 @@ async def cancel(
             changed = False
         # Read again, not RETURNING: the append moved last_seq. The row lock holds the job's
         # writers off until commit, so its text, attempts and last_seq agree.
-        return await _read(conn, await get(conn, tenant_id, job_id)), changed
+        return await job_reads.read(conn, await job_reads.get(conn, tenant_id, job_id)), changed
 
 
 @dataclass(frozen=True)
@@ -354,11 +334,11 @@ async def retry_dead(
             earlier = await conn.fetchrow(queries.SELECT_JOB_FOR_UPDATE, job.retried_as, tenant_id)
             if earlier is None:
                 return Retried(job, None)
-            return Retried(job, await _read(conn, JobRow.of(earlier)))
+            return Retried(job, await job_reads.read(conn, JobRow.of(earlier)))
         await _check_limits(conn, tenant_id, job.estimate_usd, now)
         row = await conn.fetchrow(queries.RETRY_DEAD, job_id, uuid.uuid4(), now)
         assert row is not None  # the row is locked, dead and not retried
-        return Retried(job, await _read(conn, JobRow.of(row)), created=True)
+        return Retried(job, await job_reads.read(conn, JobRow.of(row)), created=True)
 
 
 async def _check_limits(conn: Conn, tenant_id: str, amount: Decimal, now: datetime | None) -> None:
@@ -381,33 +361,6 @@ async def _check_limits(conn: Conn, tenant_id: str, amount: Decimal, now: dateti
                 f"the job may cost up to ${amount:.6f}; ${max(left, Decimal(0)):.6f} of budget"
                 " is left"
             )
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A job, its attempts and the current attempt's text, as of one instant."""
-
-    job: JobRow
-    attempts: list[dict[str, Any]]
-    text: str
-
-
-async def snapshot(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID) -> Snapshot:
-    # One repeatable-read transaction: the text and last_seq describe the same moment, so a
-    # page that renders the text and streams from last_seq neither skips nor repeats a token.
-    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        return await _read(conn, await get(conn, tenant_id, job_id))
-
-
-async def _read(conn: Conn, job: JobRow) -> Snapshot:
-    """The rest of `job`'s snapshot, read in the caller's transaction."""
-    history = await attempts(conn, job.id)
-    if job.status == "succeeded" and job.result is not None:
-        # The accepted text is the truth, and stays so once retention compacts the tokens.
-        text: str = job.result["text"]
-    else:
-        text = await events.attempt_text(conn, job.id, job.attempts)
-    return Snapshot(job, history, text)
 
 
 async def delete_finished(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID) -> bool:

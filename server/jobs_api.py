@@ -13,7 +13,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jobstream import jobs
+from jobstream import job_reads, jobs
 from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound, RateLimited
 from jobstream.jobspec import JobSpec
 from jobstream.rows import JobRow
@@ -157,7 +157,7 @@ async def get_job(request: Request) -> Response:
     tenant = await tenant_id(request)
     job_id = job_id_param(request)
     try:
-        snap = await jobs.snapshot(app.pool, tenant, job_id)
+        snap = await job_reads.snapshot(app.pool, tenant, job_id)
     except JobNotFound:
         raise await gone.missing(app, job_id, tenant) from None
     return json_response(representation.detail(snap, app.tokens))
@@ -193,7 +193,9 @@ async def list_jobs(request: Request) -> Response:
         raise Problem(400, "invalid-limit", "Invalid limit", "limit must be 1 to 100.")
     cursor = request.query_params.get("cursor")
     before = _decode_cursor(cursor) if cursor else None
-    rows = await jobs.list_jobs(app.pool, tenant, status=status, before=before, limit=limit + 1)
+    rows = await job_reads.list_jobs(
+        app.pool, tenant, status=status, before=before, limit=limit + 1
+    )
     page = rows[:limit]
     return json_response(
         {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from jobstream.jobs import Snapshot
+from jobstream.job_reads import Snapshot
 from jobstream.rows import JobRow
 from server.stream_tokens import StreamTokens
 

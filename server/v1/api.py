@@ -17,7 +17,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jobstream import jobs
+from jobstream import job_reads, jobs
 from jobstream.errors import JobNotFound
 from jobstream.jobspec import JobSpec
 from jobstream.types import TERMINAL_STATUSES
@@ -101,7 +101,7 @@ async def _disconnected(request: Request) -> None:
 
 async def _current(app: AppState, tenant: str, head: Head) -> Response:
     try:
-        snap = await jobs.snapshot(app.pool, tenant, head.job_id)
+        snap = await job_reads.snapshot(app.pool, tenant, head.job_id)
     except JobNotFound:
         raise not_found(f"No response {ids.response_id(head.job_id)}.") from None
     return json_response(objects.from_snapshot(head, snap))
@@ -115,9 +115,9 @@ async def retrieve_response(request: Request) -> Response:
     starting_after = _starting_after(query.get("starting_after"))
     try:
         if not stream:
-            snap = await jobs.snapshot(app.pool, tenant, job_id)
+            snap = await job_reads.snapshot(app.pool, tenant, job_id)
             return json_response(objects.from_snapshot(Head.of(snap.job, app.settings), snap))
-        job = await jobs.get(app.pool, tenant, job_id)
+        job = await job_reads.get(app.pool, tenant, job_id)
     except JobNotFound:
         raise _unknown(job_id) from None
     live = job.status not in TERMINAL_STATUSES

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from jobstream.jobs import Snapshot
+from jobstream.job_reads import Snapshot
 from jobstream.rows import JobRow
 from jobstream.settings import Settings
 from server.v1 import ids

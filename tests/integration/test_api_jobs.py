@@ -13,7 +13,7 @@ import pytest
 import structlog
 import structlog.testing
 
-from jobstream import jobs
+from jobstream import job_reads
 from tests.support.api import PROBLEM, job_body, job_count
 from tests.support.polling import eventually
 
@@ -206,7 +206,7 @@ async def test_an_unexpected_error_is_a_problem_not_plain_text(
     async def failing(*args: object) -> object:
         raise error
 
-    monkeypatch.setattr(jobs, "snapshot", failing)
+    monkeypatch.setattr(job_reads, "snapshot", failing)
     with caplog.at_level("INFO"):
         response = await client.get(f"/api/jobs/{uuid.uuid4()}")
     assert response.status_code == status

@@ -9,7 +9,7 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import attempts, claims, events, jobs
+from jobstream import attempts, claims, events, job_reads, jobs
 from jobstream.jobspec import JobSpec
 from jobstream.usage import Usage
 from tests.support import attempt_driver as drive
@@ -72,7 +72,7 @@ async def test_a_retry_opens_the_next_attempt_with_reset(pool: asyncpg.Pool) -> 
     log = await types(pool, job_id)
     check_contract(log)
     assert (2, "reset") in log
-    assert (await jobs.snapshot(pool, "default", job_id)).text == "kept"
+    assert (await job_reads.snapshot(pool, "default", job_id)).text == "kept"
 
 
 async def test_cancel_of_a_running_job(pool: asyncpg.Pool) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from jobstream import events, jobs
+from jobstream import events, job_reads, jobs
 from jobstream.events import Event
 from jobstream.jobspec import JobSpec
 from jobstream.settings import Settings
@@ -59,7 +59,7 @@ async def job_row(pool: asyncpg.Pool, job_id: uuid.UUID) -> Row:
 
 
 async def attempt_rows(pool: asyncpg.Pool, job_id: uuid.UUID) -> list[Row]:
-    return await jobs.attempts(pool, job_id)
+    return await job_reads.attempts(pool, job_id)
 
 
 async def event_list(pool: asyncpg.Pool, job_id: uuid.UUID) -> list[Event]:

@@ -1,0 +1,67 @@
+"""Jobs as the API reads them: one job, its attempts and text as of one instant, or a page."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from jobstream import events
+from jobstream.db import Conn, Queryable
+from jobstream.errors import JobNotFound
+from jobstream.rows import JobRow
+from jobstream.sql import queries
+
+
+async def get(conn: Queryable, tenant_id: str, job_id: uuid.UUID) -> JobRow:
+    row = await conn.fetchrow(queries.SELECT_JOB, job_id, tenant_id)
+    if row is None:
+        raise JobNotFound(str(job_id))
+    return JobRow.of(row)
+
+
+async def attempts(conn: Queryable, job_id: uuid.UUID) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(queries.SELECT_ATTEMPTS, job_id)]
+
+
+async def list_jobs(
+    pool: asyncpg.Pool,
+    tenant_id: str,
+    *,
+    status: str | None,
+    before: tuple[datetime, uuid.UUID] | None,
+    limit: int,
+) -> list[JobRow]:
+    created_at, last_id = before if before else (None, None)
+    rows = await pool.fetch(queries.LIST_JOBS, tenant_id, status, created_at, last_id, limit)
+    return [JobRow.of(r) for r in rows]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A job, its attempts and the current attempt's text, as of one instant."""
+
+    job: JobRow
+    attempts: list[dict[str, Any]]
+    text: str
+
+
+async def snapshot(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID) -> Snapshot:
+    # One repeatable-read transaction: the text and last_seq describe the same moment, so a
+    # page that renders the text and streams from last_seq neither skips nor repeats a token.
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        return await read(conn, await get(conn, tenant_id, job_id))
+
+
+async def read(conn: Conn, job: JobRow) -> Snapshot:
+    """The rest of `job`'s snapshot, read in the caller's transaction."""
+    history = await attempts(conn, job.id)
+    if job.status == "succeeded" and job.result is not None:
+        # The accepted text is the truth, and stays so once retention compacts the tokens.
+        text: str = job.result["text"]
+    else:
+        text = await events.attempt_text(conn, job.id, job.attempts)
+    return Snapshot(job, history, text)
