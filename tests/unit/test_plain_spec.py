@@ -82,7 +82,7 @@ def checked(body: dict[str, Any], rules: SimulatedRules, provider: str) -> objec
         return problem
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(BODIES, RULES, DEFAULT_PROVIDER)
 def test_the_lean_path_answers_as_the_field_by_field_checks(
     body: dict[str, Any], rules: SimulatedRules, provider: str
