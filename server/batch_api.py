@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from jobstream import jobs
 from jobstream.settings import Settings
-from server import representation, validation
+from server import job_body, representation, validation
 from server.auth import tenant_id
 from server.jobs_api import read_body, refusal_problem, require_json, reservation
 from server.problems import Problem
@@ -76,7 +76,7 @@ def _new_job(
             "idempotency_key must be a string.",
         )  # fmt: skip
     key = validation.idempotency_key(raw_key, required=settings.require_idempotency_key)
-    spec = validation.job_spec(
+    spec = job_body.job_spec(
         fields,
         default_provider=settings.default_provider,
         simulated=rules,

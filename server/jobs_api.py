@@ -18,7 +18,7 @@ from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound, R
 from jobstream.jobspec import JobSpec
 from jobstream.rows import JobRow
 from jobstream.types import JOB_STATUSES
-from server import gone, representation, validation
+from server import gone, job_body, representation, validation
 from server.auth import tenant_id
 from server.problems import Problem, not_found
 from server.responses import json_response
@@ -97,7 +97,7 @@ async def create_request(request: Request) -> tuple[str | None, dict[str, Any]]:
 
 def job_spec(app: AppState, body: dict[str, Any]) -> JobSpec:
     """The body as a job, under this server's rules, or a 422 naming every bad field."""
-    return validation.job_spec(
+    return job_body.job_spec(
         body,
         default_provider=app.settings.default_provider,
         simulated=SimulatedRules.of(app.settings),

@@ -37,7 +37,7 @@ ECHOED_ITEM_KEYS = ("id", "status")
 
 @dataclass(frozen=True)
 class CreateRequest:
-    job: dict[str, Any]  # a body for validation.job_spec
+    job: dict[str, Any]  # a body for job_body.job_spec
     background: bool
     stream: bool
 

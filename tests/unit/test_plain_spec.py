@@ -1,4 +1,4 @@
-"""The lean path of job validation (validation.plain_spec) accepts only what the field-by-field
+"""The lean path of job validation (job_body.plain_spec) accepts only what the field-by-field
 checks accept, and makes the same JobSpec of it; everything else it leaves to them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobstream.jobspec import JobSpec
-from server import validation
+from server import job_body
 from server.problems import Problem
 from server.simulated_rules import SimulatedRules
 
@@ -77,7 +77,7 @@ BODIES = st.one_of(
 
 def checked(body: dict[str, Any], rules: SimulatedRules, provider: str) -> object:
     try:
-        return validation.checked_spec(body, default_provider=provider, simulated=rules)
+        return job_body.checked_spec(body, default_provider=provider, simulated=rules)
     except Problem as problem:
         return problem
 
@@ -87,7 +87,7 @@ def checked(body: dict[str, Any], rules: SimulatedRules, provider: str) -> objec
 def test_the_lean_path_answers_as_the_field_by_field_checks(
     body: dict[str, Any], rules: SimulatedRules, provider: str
 ) -> None:
-    lean = validation.plain_spec(body, provider, rules)
+    lean = job_body.plain_spec(body, provider, rules)
     if lean is not None:
         slow = checked(body, rules, provider)
         assert isinstance(slow, JobSpec)
@@ -98,6 +98,6 @@ def test_the_lean_path_answers_as_the_field_by_field_checks(
 def test_a_plain_job_takes_the_lean_path() -> None:
     simulate = {"tokens": 1, "tokens_per_second": 0, "first_token_delay_s": 0}
     body = {"prompt": "p", "provider": "simulated", "metadata": {"a": [1]}, "simulate": simulate}
-    lean = validation.plain_spec(body, "simulated", ON)
+    lean = job_body.plain_spec(body, "simulated", ON)
     assert lean is not None
-    assert lean == validation.checked_spec(body, default_provider="simulated", simulated=ON)
+    assert lean == job_body.checked_spec(body, default_provider="simulated", simulated=ON)
