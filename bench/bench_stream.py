@@ -23,12 +23,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import httpx
 
+from bench import queue_common as common
 from bench.postgres import durable_postgres
+from bench.server_process import wait_healthy
 from jobstream import db, jobs, logs, migrations
 from jobstream.follower import Follower
 from jobstream.jobspec import JobSpec
@@ -163,15 +164,7 @@ async def _until_finished(pool: asyncpg.Pool, *, timeout_s: float) -> None:
 
 
 async def _until_up(client: httpx.AsyncClient) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if (await client.get("/healthz")).status_code == 200:
-                return
-        except httpx.TransportError:
-            if time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(0.05)
+    await wait_healthy(client, timeout_s=30, poll_s=0.05)
 
 
 def _spawn(module: str, url: str, **env: str) -> subprocess.Popen[bytes]:
@@ -200,12 +193,7 @@ def _free_port() -> int:
 async def _database(admin_url: str) -> AsyncIterator[str]:
     """A fresh database per measurement, so one's rows never weigh on the other."""
     name = f"bench_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(admin_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    url = urlunsplit(urlsplit(admin_url)._replace(path="/" + name))
+    url = await common.recreate_database(admin_url, name)
     conn = await db.connect(url)
     try:
         await migrations.apply_schema(conn)
@@ -216,11 +204,7 @@ async def _database(admin_url: str) -> AsyncIterator[str]:
     try:
         yield url
     finally:
-        admin = await asyncpg.connect(admin_url)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+        await common.drop_database(admin_url, name)
 
 
 if __name__ == "__main__":

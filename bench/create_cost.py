@@ -26,7 +26,7 @@ from pathlib import Path
 
 import asyncpg
 
-from bench import http_load, jobstream_side
+from bench import http_load, jobstream_calls, jobstream_side
 from bench import queue_common as common
 from bench.postgres import durable_postgres
 from jobstream import migrations
@@ -100,14 +100,14 @@ async def one_round(
     conn = await common.connect(url)
     figures: dict[str, Figure] = {}
     try:
-        async with jobstream_side._server(url) as base:
+        async with jobstream_side.server(url) as base:
             pid = await _server_pid(base)
             connections = [await http_load.Connection.open(base) for _ in range(CALLERS)]
             try:
-                await jobstream_side._post_each(connections, 4 * CALLERS)  # warm the pool
+                await jobstream_calls.post_each(connections, 4 * CALLERS)  # warm the pool
 
                 async def singles() -> int:
-                    await jobstream_side._post_each(connections, single)
+                    await jobstream_calls.post_each(connections, single)
                     return single
 
                 figures[f"POST x{CALLERS}"] = await _phase("single", pid, conn, singles, profile)

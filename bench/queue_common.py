@@ -69,23 +69,26 @@ def database_url(admin_url: str, name: str) -> str:
     return urlunsplit(urlsplit(admin_url)._replace(path="/" + name))
 
 
-async def recreate_database(admin_url: str, name: str) -> str:
-    """An empty database `name`, dropped first if it exists: every repeat starts alike."""
+async def _administer(admin_url: str, *statements: str) -> None:
+    """Each statement in turn, on a connection of its own to the server's admin database."""
     admin = await asyncpg.connect(admin_url)
     try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{name}"')
+        for statement in statements:
+            await admin.execute(statement)
     finally:
         await admin.close()
+
+
+async def recreate_database(admin_url: str, name: str) -> str:
+    """An empty database `name`, dropped first if it exists: every repeat starts alike."""
+    await _administer(
+        admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"'
+    )
     return database_url(admin_url, name)
 
 
 async def drop_database(admin_url: str, name: str) -> None:
-    admin = await asyncpg.connect(admin_url)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+    await _administer(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def connect(url: str, *, json_codecs: bool = True) -> asyncpg.Connection:
