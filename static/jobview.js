@@ -1,6 +1,7 @@
 // The job view at /jobs/{id}: renders what the JobFollower reports, and the cancel button.
 
 import { ApiError, TERMINAL, formatCost, formatTime, getJob, request } from "./api.js";
+import { historyRow, jobLink } from "./history.js";
 import { JobFollower } from "./stream.js";
 
 // Screen readers get the new text in batches at this pace, not one announcement per token.
@@ -21,7 +22,6 @@ const CONNECTION_TEXT = {
 };
 
 const byId = (id) => document.getElementById(id);
-const HISTORY_COLUMNS = ["#", "Outcome", "Error", "Tokens out", "Cost", "Took"];
 
 export class JobView {
   constructor(recent) {
@@ -375,34 +375,4 @@ export class JobView {
       this.el.actionNote.textContent = url;
     }
   }
-}
-
-function jobLink(id) {
-  const a = document.createElement("a");
-  a.href = `/jobs/${encodeURIComponent(id)}`;
-  a.dataset.nav = "";
-  a.title = id;
-  const code = document.createElement("code");
-  code.textContent = id.slice(0, 8);
-  a.append(code);
-  return a;
-}
-
-function historyRow(a) {
-  const tr = document.createElement("tr");
-  const took = a.started_at && a.finished_at
-    ? `${((new Date(a.finished_at) - new Date(a.started_at)) / 1000).toFixed(1)} s`
-    : "…";
-  const cells = [
-    a.attempt, a.outcome || "running", a.error ? a.error.class : "",
-    a.output_tokens ?? "", `${a.cost_known === false ? "~" : ""}${formatCost(a.cost)}`, took,
-  ];
-  cells.forEach((value, i) => {
-    const td = document.createElement("td");
-    td.textContent = String(value);
-    // A phone shows each row as a small card: every value carries its column's name.
-    td.dataset.label = HISTORY_COLUMNS[i];
-    tr.append(td);
-  });
-  return tr;
 }
