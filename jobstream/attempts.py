@@ -36,17 +36,17 @@ async def _finish_attempt(
     clock: Clock,
     *,
     usage: Usage | None = None,
-    error_class: str | None = None,
-    error_detail: str | None = None,
+    error: dict[str, Any] | None = None,
     cancel_confirmed: bool | None = None,
 ) -> None:
+    """Close the attempt's row; `error` is the attempt's {"class", "message"} when it failed."""
     await conn.execute(
         queries.FINISH_ATTEMPT,
         job_id,
         attempt,
         outcome,
-        error_class,
-        error_detail,
+        error["class"] if error else None,
+        error.get("message") if error else None,
         usage.input_tokens if usage else None,
         usage.output_tokens if usage else None,
         usage.cost_usd if usage else None,
@@ -154,14 +154,7 @@ async def fail(
         # The fenced UPDATE above proved we held the job and keeps its row locked; the job no
         # longer reads `running`, so the appends below go unfenced.
         await _finish_attempt(
-            conn,
-            held.job_id,
-            held.attempt,
-            outcome,
-            clock,
-            usage=usage,
-            error_class=error["class"],
-            error_detail=error.get("message"),
+            conn, held.job_id, held.attempt, outcome, clock, usage=usage, error=error
         )
         await events.append(conn, held.job_id, held.attempt, new_events, run_token=None)
 
@@ -214,14 +207,7 @@ async def hand_back(pool: asyncpg.Pool, held: Claimed, usage: Usage | None, cloc
         if row is None:
             raise Fenced(f"job {held.job_id}: not running under this attempt")
         await _finish_attempt(
-            conn,
-            held.job_id,
-            held.attempt,
-            "interrupted",
-            clock,
-            usage=usage,
-            error_class="interrupted",
-            error_detail=error["message"],
+            conn, held.job_id, held.attempt, "interrupted", clock, usage=usage, error=error
         )
         await events.append(
             conn,
@@ -244,15 +230,8 @@ async def reap_expired(pool: asyncpg.Pool, clock: Clock, batch: int = 50) -> int
         # deadlocked, and one of them claimed nothing that round (queries.SELECT_EXPIRED).
         for job in sorted(rows, key=lambda row: (row["tenant_id"], row["ledger_shard"])):
             job_id, attempt = job["id"], job["attempts"]
-            await _finish_attempt(
-                conn,
-                job_id,
-                attempt,
-                "lost",
-                clock,
-                error_class="lost",
-                error_detail="lease expired: the worker stopped renewing it",
-            )
+            expired = {"class": "lost", "message": "lease expired: the worker stopped renewing it"}
+            await _finish_attempt(conn, job_id, attempt, "lost", clock, error=expired)
             lost = {"class": "lost", "message": "the worker stopped renewing its lease"}
             if job["status"] == "cancelling":
                 cancelled = {"class": "cancelled", "message": "cancelled while running"}

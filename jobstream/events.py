@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import asyncpg
 import orjson
 
 from jobstream import sse
@@ -37,6 +38,11 @@ class Event:
     # The event's SSE frame once built: the hub hands the same Event to every follower of its
     # job, so a wake-up's frames are encoded once, not once per follower.
     _frame: bytes | None = field(default=None, init=False, repr=False, compare=False)
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> Event:
+        """An event as the events.sql reads return it (`created_at` is its `at`)."""
+        return cls(row["seq"], row["type"], row["attempt"], row["data"], row["created_at"])
 
     def sse_frame(self) -> bytes:
         """The event as one SSE frame, `id` its seq, `data` its JSON (API.md); built once."""
@@ -90,12 +96,7 @@ async def read_after(
     conn: Queryable, job_id: uuid.UUID, after: int, limit: int = READ_LIMIT
 ) -> list[Event]:
     rows = await conn.fetch(queries.EVENTS_AFTER, job_id, after, limit)
-    return [
-        Event(
-            seq=r["seq"], type=r["type"], attempt=r["attempt"], data=r["data"], at=r["created_at"]
-        )
-        for r in rows
-    ]
+    return [Event.from_row(r) for r in rows]
 
 
 async def read_after_many(
@@ -105,15 +106,7 @@ async def read_after_many(
     rows = await conn.fetch(queries.EVENTS_AFTER_MANY, list(after), list(after.values()), limit)
     pages: dict[uuid.UUID, list[Event]] = {}
     for r in rows:
-        pages.setdefault(r["job_id"], []).append(
-            Event(
-                seq=r["seq"],
-                type=r["type"],
-                attempt=r["attempt"],
-                data=r["data"],
-                at=r["created_at"],
-            )
-        )
+        pages.setdefault(r["job_id"], []).append(Event.from_row(r))
     return pages
 
 
