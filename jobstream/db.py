@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import asyncpg
 import orjson
@@ -14,6 +15,8 @@ from asyncpg.pool import PoolConnectionProxy
 from jobstream.errors import DatabaseUnavailable
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 # A connection of our own or one borrowed from the pool: both run queries the same way.
 Conn = asyncpg.Connection | PoolConnectionProxy
@@ -93,6 +96,31 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     transaction, and nothing of ours sets session state on a pool connection (LISTEN has its own
     connection; settings and advisory locks are transaction-scoped). The default reset sent
     `RESET ALL` and `pg_advisory_unlock_all()` on every release: a round trip per statement."""
+
+
+async def start_with_database(url: str, timeout_s: float, step: Callable[[], Awaitable[T]]) -> T:
+    """Wait for PostgreSQL, then run a start-up `step` (a pool, the schema); if the database goes
+    away again before the step is done (a restart just after it first answered), wait and run the
+    step again, until `timeout_s` is spent. Then DatabaseUnavailable.
+
+    The step must leave nothing open when it fails: it runs again from the start.
+    """
+    deadline = time.monotonic() + timeout_s
+    delay = 0.1
+    while True:
+        await wait_for_database(url, max(deadline - time.monotonic(), 0.0))
+        try:
+            return await step()
+        except DISCONNECTS as exc:
+            if time.monotonic() + delay > deadline:
+                raise DatabaseUnavailable(f"PostgreSQL went away during start-up: {exc}") from exc
+            log.warning(
+                "database_lost_during_start",
+                error=str(exc) or type(exc).__name__,
+                retry_in_s=delay,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 async def create_pool(url: str, *, min_size: int, max_size: int) -> asyncpg.Pool:

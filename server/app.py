@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
+import asyncpg
 import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -57,13 +58,24 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
         # Each part is released on every way out, start-up failures included, in reverse order:
         # streams are told to end, the hub's tasks stop, then providers and pool close.
         async with AsyncExitStack() as cleanup:
-            await db.wait_for_database(database_url, settings.db_connect_timeout_s)
-            pool = await db.create_pool(
-                database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
+
+            async def open_pool() -> asyncpg.Pool:
+                pool = await db.create_pool(
+                    database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
+                )
+                try:
+                    async with pool.acquire() as conn:
+                        await migrations.apply_schema(conn)
+                except BaseException:
+                    pool.terminate()  # the step runs again from the start: leave nothing open
+                    raise
+                return pool
+
+            # The database may restart between answering and the pool's connections.
+            pool = await db.start_with_database(
+                database_url, settings.db_connect_timeout_s, open_pool
             )
             cleanup.push_async_callback(pool.close)
-            async with pool.acquire() as conn:
-                await migrations.apply_schema(conn)
             providers = build_providers(settings)
             cleanup.push_async_callback(close_providers, providers)
             hub = Hub(

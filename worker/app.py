@@ -21,12 +21,15 @@ def create_worker(settings: Settings) -> Worker:
 
 async def prepare_database(url: str, timeout_s: float) -> None:
     """Wait for PostgreSQL (one log line per try) and apply the schema (idempotent)."""
-    await db.wait_for_database(url, timeout_s)
-    conn = await db.connect(url)
-    try:
-        await migrations.apply_schema(conn)
-    finally:
-        await conn.close()
+
+    async def migrate() -> None:
+        conn = await db.connect(url)
+        try:
+            await migrations.apply_schema(conn)
+        finally:
+            await conn.close()
+
+    await db.start_with_database(url, timeout_s, migrate)
 
 
 async def serve(settings: Settings) -> None:

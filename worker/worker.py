@@ -115,8 +115,13 @@ class Worker:
         with structlog.contextvars.bound_contextvars(worker_id=self.worker_id):
             if self._pool is None:
                 s = self._settings
-                self._pool = await db.create_pool(
-                    self._url, min_size=s.db_pool_min, max_size=s.db_pool_max
+                # The database may restart between the start-up's schema check and this.
+                self._pool = await db.start_with_database(
+                    self._url,
+                    s.db_connect_timeout_s,
+                    lambda: db.create_pool(
+                        self._url, min_size=s.db_pool_min, max_size=s.db_pool_max
+                    ),
                 )
             listener = asyncio.create_task(self._listener.run(), name=f"listener:{self.worker_id}")
             listener.add_done_callback(self._on_listener_done)

@@ -221,8 +221,8 @@ class Chaos:
                 problems.append(f"job {reader.job_id}: a follower was refused: {reader.error}")
             elif reader.seen != log:
                 problems.append(
-                    f"job {reader.job_id}: a follower saw {len(reader.seen)} events "
-                    f"(seqs {[e['seq'] for e in reader.seen][:40]}), the log has {len(log)}"
+                    f"job {reader.job_id}: a follower saw {len(reader.seen)} events, the log has"
+                    f" {len(log)}; {first_difference(reader.seen, log)}"
                 )
             elif (
                 log[-1:]
@@ -261,7 +261,15 @@ class Chaos:
         if not log or log[-1]["type"] != "done" or log[-1]["status"] != status:
             problems.append(f"job {job_id}: the log does not end with its done ({status})")
         elif status == "succeeded" and reassemble(log) != row["result"]["text"]:
-            problems.append(f"job {job_id}: the log's text is not the result")
+            text, result = reassemble(log), row["result"]["text"]
+            at = next(
+                (i for i, (a, b) in enumerate(zip(text, result, strict=False)) if a != b), None
+            )
+            shape = [(e["seq"], e["attempt"], e["type"]) for e in log if e["type"] != "token"]
+            problems.append(
+                f"job {job_id}: the log's text is not the result ({len(text)} against"
+                f" {len(result)} characters, first difference at {at}; non-token events {shape})"
+            )
         if row["reserved_usd"] != 0:
             problems.append(f"job {job_id} ({status}) still holds {row['reserved_usd']} USD")
         return log
@@ -280,3 +288,11 @@ class Chaos:
             self.figures.problems.append(
                 f"the tenant spent {balance['spent_usd']} but its jobs were charged {charged}"
             )
+
+
+def first_difference(seen: list[dict[str, Any]], log: list[dict[str, Any]]) -> str:
+    """Where a follower's events part from the log's: the first pair that differs."""
+    for i, (a, b) in enumerate(zip(seen, log, strict=False)):
+        if a != b:
+            return f"event {i} differs: the follower saw {a}, the log holds {b}"
+    return f"the first {min(len(seen), len(log))} agree; one of them goes on"
