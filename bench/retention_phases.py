@@ -20,7 +20,6 @@ from bench.server_process import server_process
 from jobstream import attempts, claims, retention, token_appends
 from jobstream.attempts import Success
 from jobstream.settings import Settings
-from jobstream.sql import queries
 from jobstream.usage import Usage
 from worker import janitor as janitors
 
@@ -59,20 +58,21 @@ class JanitorStats:
 async def janitor_loop(pool: asyncpg.Pool, settings: Settings, stats: JanitorStats) -> None:
     """worker/janitor.py's round, batch by batch, timed; until cancelled."""
     async with pool.acquire() as conn:
-        await conn.execute(queries.JANITOR_SESSION)
         while True:
             t0 = time.monotonic()
-            batch = await retention.settle(
-                conn, CLOCK, compact_after_s=settings.compact_after_s,
-                retention_s=settings.retention_s, limit=settings.janitor_batch,
-            )  # fmt: skip
+            async with janitors.unhurried(conn):
+                batch = await retention.settle(
+                    conn, CLOCK, compact_after_s=settings.compact_after_s,
+                    retention_s=settings.retention_s, limit=settings.janitor_batch,
+                )  # fmt: skip
             if batch.jobs:
                 stats.settles.append((time.monotonic() - t0, batch.jobs, batch.rows))
             await janitors.pace(time.monotonic() - t0, settings.janitor_duty)
             t0 = time.monotonic()
-            gone = await retention.delete_expired(
-                conn, CLOCK, limit=settings.janitor_batch, tombstones=True
-            )
+            async with janitors.unhurried(conn):
+                gone = await retention.delete_expired(
+                    conn, CLOCK, limit=settings.janitor_batch, tombstones=True
+                )
             if gone.jobs:
                 stats.deletes.append((time.monotonic() - t0, gone.jobs, gone.rows))
             await janitors.pace(time.monotonic() - t0, settings.janitor_duty)

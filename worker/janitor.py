@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import asyncpg
@@ -77,7 +78,6 @@ class Janitor:
             if not await conn.fetchval(queries.TRY_LOCK, LOCK_ID):
                 return None
             try:
-                await conn.execute(queries.JANITOR_SESSION)
                 return await self._work(conn)
             finally:
                 # A broken connection has freed the lock with its session; and the pool's reset
@@ -93,35 +93,49 @@ class Janitor:
         while settling or deleting:
             if settling:
                 started = time.monotonic()
-                batch = await retention.settle(
-                    conn,
-                    self._clock,
-                    compact_after_s=s.compact_after_s,
-                    retention_s=s.retention_s,
-                    limit=s.janitor_batch,
-                )
+                async with unhurried(conn):
+                    batch = await retention.settle(
+                        conn,
+                        self._clock,
+                        compact_after_s=s.compact_after_s,
+                        retention_s=s.retention_s,
+                        limit=s.janitor_batch,
+                    )
                 done.settled += batch.jobs
                 done.compacted_rows += batch.rows
                 settling = batch.jobs == s.janitor_batch
                 await pace(time.monotonic() - started, s.janitor_duty)
             if deleting:
                 started = time.monotonic()
-                batch = await retention.delete_expired(
-                    conn, self._clock, limit=s.janitor_batch, tombstones=s.tombstone_s > 0
-                )
+                async with unhurried(conn):
+                    batch = await retention.delete_expired(
+                        conn, self._clock, limit=s.janitor_batch, tombstones=s.tombstone_s > 0
+                    )
                 done.deleted += batch.jobs
                 done.deleted_rows += batch.rows
                 deleting = batch.jobs == s.janitor_batch
                 await pace(time.monotonic() - started, s.janitor_duty)
         while True:
-            pruned = await retention.prune_tombstones(
-                conn, self._clock, keep_s=s.tombstone_s, limit=s.janitor_batch
-            )
+            async with unhurried(conn):
+                pruned = await retention.prune_tombstones(
+                    conn, self._clock, keep_s=s.tombstone_s, limit=s.janitor_batch
+                )
             done.tombstones_pruned += pruned
             if pruned < s.janitor_batch:
                 break
-        done.counters_folded = await retention.fold_counters(conn)
+        async with unhurried(conn):
+            done.counters_folded = await retention.fold_counters(conn)
         return done
+
+
+@contextlib.asynccontextmanager
+async def unhurried(conn: Conn) -> AsyncIterator[None]:
+    """One batch's transaction, whose commit does not wait for the WAL flush
+    (queries.JANITOR_TRANSACTION): the setting ends with it, never reaching the hot path's
+    commits on this pooled connection."""
+    async with conn.transaction():
+        await conn.execute(queries.JANITOR_TRANSACTION)
+        yield
 
 
 async def pace(worked_s: float, duty: float) -> None:

@@ -63,7 +63,7 @@ class Queries:
     # janitor.sql
     TRY_LOCK: str
     UNLOCK: str
-    JANITOR_SESSION: str
+    JANITOR_TRANSACTION: str
     SETTLE_JOBS: str
     DELETE_EXPIRED_JOBS: str
     PRUNE_TOMBSTONES: str

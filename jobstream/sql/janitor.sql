@@ -10,12 +10,15 @@ SELECT pg_try_advisory_lock($1)
 -- name: UNLOCK
 SELECT pg_advisory_unlock($1)
 
--- name: JANITOR_SESSION
+-- name: JANITOR_TRANSACTION
 -- The janitor's commits do not wait for their WAL to reach the disk: a batch that a crash loses
 -- was settling or deleting jobs that stay as they were until the next round does it again, with
 -- its counters, and no reader can have relied on it. The claims' and appends' commits, which do
--- wait, then share the disk with fewer flushes. (The pool's reset of the connection undoes it.)
-SET synchronous_commit = off
+-- wait, then share the disk with fewer flushes. LOCAL, for this batch's transaction only: the
+-- connection goes back to the pool, whose release keeps session state (jobstream/db.py), and a
+-- session-wide SET once made every later commit on it asynchronous, token appends and successes
+-- included, which a crash could then lose after a follower had read them.
+SET LOCAL synchronous_commit = off
 
 -- name: SETTLE_JOBS
 -- Settle up to $3 finished jobs, oldest first, $2 s after they ended: compact each log and give

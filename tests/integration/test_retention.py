@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from jobstream import attempts, retention
+from jobstream import attempts, db, retention
 from jobstream.settings import Settings
 from tests.integration.test_metrics import samples
 from tests.support import attempt_driver as drive
@@ -356,3 +356,19 @@ async def test_a_soak_of_jobs_that_come_and_go_keeps_the_database_bounded(
             )
     # After the first cycles have sized the tables, the rest reuse their space.
     assert max(sizes[3:]) <= sizes[2] * 1.25, sizes
+
+
+async def test_the_janitors_asynchronous_commits_end_with_its_batches(
+    database_url: str, settings: Settings
+) -> None:
+    # Regression: the janitor's session-wide `SET synchronous_commit = off` stayed on its pooled
+    # connection (the pool's release keeps session state), so later token appends and successes
+    # on it committed without waiting for the WAL: a PostgreSQL crash lost text followers had
+    # read (the chaos test, about one run in ten).
+    one = await db.create_pool(database_url, min_size=1, max_size=1)  # the product's own pool
+    try:
+        janitor = Janitor(one, settings.replace(compact_after_s=0), clock=later())
+        await janitor.run_round()
+        assert await one.fetchval("SHOW synchronous_commit") == "on"
+    finally:
+        await one.close()
