@@ -6,11 +6,9 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention browser fuzz chaos
 
-# --no-compile: pip byte-compiled every installed module (19 s of a 71 s install); Python
-# compiles and caches the ones a run imports, on first import.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --no-compile --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
