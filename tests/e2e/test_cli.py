@@ -127,8 +127,10 @@ async def test_retry_follows_the_new_job_and_the_dead_one_names_it(
 
 
 async def test_piped_output_streams_and_ctrl_c_says_how_to_resume(stack: Stack) -> None:
+    # 5 s of tokens: long enough that a CLI slow to start under load still meets a running job
+    # (at 2 s it sometimes read the whole text and exited 0 before the SIGINT).
     job = await stack.create_job(
-        {"prompt": "p", "simulate": orjson.loads(simulate(40, tokens_per_second=20))}
+        {"prompt": "p", "simulate": orjson.loads(simulate(100, tokens_per_second=20))}
     )
     process = await asyncio.create_subprocess_exec(
         JOBSTREAM_CLI, "follow", job["id"], "--url", stack.base_url,
@@ -147,7 +149,7 @@ async def test_piped_output_streams_and_ctrl_c_says_how_to_resume(stack: Stack) 
     # The command it gives goes on exactly where this one stopped.
     code, more, _ = await cli(stack, *command[1:])
     assert code == 0
-    assert (first + rest).decode() + more == "".join(f"{i} " for i in range(40)) + "\n"
+    assert (first + rest).decode() + more == "".join(f"{i} " for i in range(100)) + "\n"
 
 
 async def test_list_shows_the_newest_jobs_and_the_next_page(stack: Stack) -> None:
