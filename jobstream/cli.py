@@ -12,25 +12,17 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, BinaryIO, TextIO
 
 import orjson
 
 from jobstream.client import DEFAULT_URL, AsyncClient, Refused, Reset, Result, Text, Unreachable
+from jobstream.ctrl_c import Interrupted, Progress, on_ctrl_c
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 BATCH_SIZE = 1000  # the most POST /api/jobs/batch takes
 # How `get` shows an operator's retry, which is a new job linked both ways.
 LINKS = (("retry of", "retry_of"), ("retried as", "retried_as"))
-
-
-@dataclass
-class Progress:
-    """Where a follow has got to, so that an interrupted one can say how to go on."""
-
-    job_id: str | None = None
-    cursor: int = 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -124,7 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = Progress()
     try:
         return asyncio.run(_run(args, progress))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted, asyncio.CancelledError) as exc:
+        if not (progress.interrupted or isinstance(exc, KeyboardInterrupt)):
+            raise
         if progress.job_id is not None:
             # Following is only watching: the job runs on, and its log waits for us.
             print(
@@ -142,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _run(args: argparse.Namespace, progress: Progress) -> int:
+    on_ctrl_c(progress)
     out = _Output(sys.stdout, sys.stderr, json_lines=args.json)
     async with AsyncClient(args.url, api_key=args.api_key, on_retry=out.retrying) as client:
         if args.command == "submit":
@@ -248,6 +243,8 @@ async def _follow(
     out.result_only = result_only
     if out.json:
         async for event in client.events(job_id, after=after):
+            if progress.interrupted:
+                raise Interrupted
             progress.cursor = event.get("seq", progress.cursor)
             _emit({k: v for k, v in event.items() if k != "snapshot"})
         end = await client.get(job_id)
@@ -255,6 +252,8 @@ async def _follow(
     else:
         result = Result("unknown", "")
         async for item in client.follow(job_id, after=after):
+            if progress.interrupted:
+                raise Interrupted
             if isinstance(item, Result):
                 result = item
                 continue
