@@ -34,6 +34,7 @@ def on_ctrl_c(progress: Progress) -> None:
         progress.interrupted = True
         task.cancel()
 
-    # Without loop signal handlers (Windows) asyncio's default handler stands.
-    with contextlib.suppress(NotImplementedError):
+    # Where the loop cannot take signals (Windows; a thread other than the main one, as when a
+    # program runs the CLI's main in a thread) asyncio's default stands, or none.
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.add_signal_handler(signal.SIGINT, interrupted)
