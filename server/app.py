@@ -29,6 +29,7 @@ from server import (
     pages,
     problems,
 )
+from server.create_writer import CreateWriter
 from server.hub import Hub
 from server.runnable_notices import RunnableNotices
 from server.shutdown import Shutdown
@@ -93,14 +94,20 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
             notifier = asyncio.create_task(notices.run(), name="runnable-notices")
             notifier.add_done_callback(_on_notifier_done)
             cleanup.push_async_callback(_cancel, notifier)
+            app_clock = clock or DatabaseClock()
+            creates = CreateWriter(pool, app_clock, notices.announce)
+            create_writer = asyncio.create_task(creates.run(), name="create-writer")
+            create_writer.add_done_callback(_on_create_writer_done)
+            cleanup.push_async_callback(_cancel, create_writer)
             app.state.js = AppState(
                 settings=settings,
-                clock=clock or DatabaseClock(),
+                clock=app_clock,
                 pool=pool,
                 hub=hub,
                 tokens=tokens,
                 providers=providers,
                 notices=notices,
+                creates=creates,
             )
             log.info("server_ready")
             yield
@@ -163,6 +170,14 @@ def _on_notifier_done(task: asyncio.Task[None]) -> None:
     # It survives every failed NOTIFY; ending on its own is a bug. Workers still find new jobs
     # by polling, so the server keeps serving.
     log.error("runnable_notices_died", exc_info=task.exception())
+
+
+def _on_create_writer_done(task: asyncio.Task[None]) -> None:
+    if task.cancelled():
+        return
+    # It survives every failed write; ending on its own is a bug. Creates then write alone
+    # (CreateWriter.create), so the server keeps serving.
+    log.error("create_writer_died", exc_info=task.exception())
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -106,15 +106,13 @@ def job_spec(app: AppState, body: dict[str, Any]) -> JobSpec:
 
 
 async def create(request: Request, tenant: str, spec: JobSpec, key: str | None) -> jobs.Created:
-    """jobs.create with this server's clock and notices; a refusal is raised as its problem."""
+    """Create with this server's clock and notices, written together with the creates of other
+    requests in flight (server/create_writer.py); a refusal is raised as its problem."""
     app = state(request)
-    try:
-        return await jobs.create(
-            app.pool, tenant, spec, key, reserved_usd=reservation(request, spec), clock=app.clock,
-            announce=app.notices.announce,
-        )  # fmt: skip
-    except (IdempotencyConflict, BudgetExceeded, RateLimited) as exc:
-        raise refusal_problem(exc) from exc
+    outcome = await app.creates.create(tenant, jobs.NewJob(spec, key, reservation(request, spec)))
+    if isinstance(outcome, jobs.Created):
+        return outcome
+    raise refusal_problem(outcome) from outcome
 
 
 async def create_job(request: Request) -> Response:

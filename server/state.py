@@ -10,6 +10,7 @@ from starlette.types import Receive, Scope, Send
 
 from jobstream.clock import Clock
 from jobstream.settings import Settings
+from server.create_writer import CreateWriter
 from server.event_stream import EventStream
 from server.hub import Hub
 from server.runnable_notices import RunnableNotices
@@ -27,6 +28,7 @@ class AppState:
     # Providers price a job's reservation at create time; the server never calls them.
     providers: dict[str, Provider]
     notices: RunnableNotices  # wakes workers for new jobs, outside the creating transactions
+    creates: CreateWriter  # single creates of concurrent requests, one statement together
     open_streams: int = 0  # SSE responses in progress in this process
 
     async def serve_stream(

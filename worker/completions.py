@@ -1,4 +1,4 @@
-"""Successes of a worker's attempts, written together (worker/group_write.py).
+"""Successes of a worker's attempts, written together (jobstream/group_write.py).
 
 A busy worker's attempts end many at a time, and each success alone is a commit of its own.
 The writer sends whatever arrived while its previous writes were in flight (group commit without
@@ -19,7 +19,7 @@ from jobstream import attempts
 from jobstream.attempts import Success
 from jobstream.clock import Clock
 from jobstream.errors import Fenced
-from worker.group_write import GroupWriter
+from jobstream.group_write import GroupWriter
 
 # The most successes one statement writes; more wait for the next.
 MAX_BATCH = 64

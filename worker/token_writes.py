@@ -1,4 +1,4 @@
-"""Token chunks of all of a worker's streams, written together (worker/group_write.py): one
+"""Token chunks of all of a worker's streams, written together (jobstream/group_write.py): one
 statement and one commit a tick.
 
 Each stream coalesces its deltas into chunks (worker/coalescer.py); alone, every chunk of every
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import asyncpg
 
 from jobstream import token_appends
+from jobstream.group_write import GroupWriter
 from jobstream.token_appends import Appended, TokenAppend
-from worker.group_write import GroupWriter
 
 # The most chunks one statement writes; more wait for the next.
 MAX_BATCH = 500

@@ -1,14 +1,15 @@
 """Group commit: many tasks' writes, sent together as one statement and one commit.
 
 A task hands over its item and waits for its own answer; one writer task sends whatever arrived
-meanwhile in one statement. Both of a worker's hot writes work so (worker/completions.py,
-worker/token_writes.py): alone, each item would be a transaction, and commits (each a WAL flush,
-and with a NOTIFY a cluster-wide lock) are what PostgreSQL runs out of first.
+meanwhile in one statement. A worker's two hot writes work so (worker/completions.py,
+worker/token_writes.py), and so do a server's single creates (server/create_writer.py): alone,
+each item would be a transaction, and commits (each a WAL flush, and with a NOTIFY a
+cluster-wide lock) are what PostgreSQL runs out of first.
 
-The statements are fenced per item, so a fenced-out item learns it from its own answer and the
-others land. A statement the database refuses is retried item by item, so that only the item at
-fault sees the error; a lost connection fails the whole batch (each write is then in doubt, and
-every caller's fence makes its retry safe).
+The statements answer per item (fenced per attempt, refused per create), so an item refused
+learns it from its own answer and the others land. A statement the database refuses is retried
+item by item, so that only the item at fault sees the error; a lost connection fails the whole
+batch (each write is then in doubt, and every caller's fence makes its retry safe).
 """
 
 from __future__ import annotations
@@ -94,8 +95,23 @@ class GroupWriter(Generic[Item, Answer]):
             for write in writes:
                 write.cancel()
             await asyncio.gather(*writes, return_exceptions=True)
+            # Nobody writes what is still pending: its callers must not wait for ever.
+            for future in self._waiting:
+                future.cancel()
+            self._items.clear()
+            self._waiting.clear()
 
     async def _write(self, items: list[Item], waiting: list[asyncio.Future[Answer]]) -> None:
+        try:
+            await self._answer(items, waiting)
+        finally:
+            # Cut short (the writer stops at shutdown): the outcome is unknown to the callers
+            # still waiting, who must not wait for ever.
+            for future in waiting:
+                if not future.done():
+                    future.cancel()
+
+    async def _answer(self, items: list[Item], waiting: list[asyncio.Future[Answer]]) -> None:
         try:
             answers = await self._write_many(items)
         except db.DISCONNECTS as exc:

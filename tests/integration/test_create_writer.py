@@ -1,0 +1,121 @@
+"""The server's single creates, written together (server/create_writer.py): every request still
+gets the answer a create of its own would have had."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+
+import asyncpg
+import pytest
+
+from jobstream import jobs
+from jobstream.errors import IdempotencyConflict
+from jobstream.jobspec import JobSpec
+from server.create_writer import CreateWriter
+
+SPEC = JobSpec(prompt="hello", provider="simulated", max_tokens=4)
+OTHER_BODY = JobSpec(prompt="another prompt", provider="simulated", max_tokens=4)
+
+
+class Announced:
+    def __init__(self) -> None:
+        self.providers: list[str] = []
+
+    def __call__(self, providers: Iterable[str]) -> None:
+        self.providers.extend(providers)
+
+
+@pytest.fixture
+async def writer(wide_pool: asyncpg.Pool) -> AsyncIterator[CreateWriter]:
+    writer = CreateWriter(wide_pool, None, Announced())
+    task = asyncio.create_task(writer.run())
+    await asyncio.sleep(0)  # the writer runs: creates from here on go through it
+    yield writer
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def _create_all(
+    writer: CreateWriter, items: list[tuple[str, jobs.NewJob]], *, errors: bool = False
+) -> list[object]:
+    """Every item's outcome; a raised error is a failure of the test unless `errors`.
+    (Refusals are returned, never raised, as from jobs.create_many.)"""
+    async with asyncio.timeout(20):
+        return await asyncio.gather(
+            *(writer.create(tenant, job) for tenant, job in items), return_exceptions=errors
+        )
+
+
+async def test_concurrent_creates_share_a_statement_and_each_gets_its_own_job(
+    writer: CreateWriter, wide_pool: asyncpg.Pool
+) -> None:
+    outcomes = await _create_all(
+        writer, [("default", jobs.NewJob(SPEC, f"key-{n}")) for n in range(32)]
+    )
+    assert all(isinstance(o, jobs.Created) and o.created for o in outcomes)
+    ids = [o.job.id for o in outcomes if isinstance(o, jobs.Created)]
+    assert len(set(ids)) == 32
+    rows = await wide_pool.fetch(
+        "SELECT idempotency_key, created_at FROM jobs WHERE id = ANY($1::uuid[])", ids
+    )
+    by_key = {r["idempotency_key"] for r in rows}
+    assert by_key == {f"key-{n}" for n in range(32)}
+    # A statement's rows share its timestamp: far fewer statements than creates. (The first
+    # create may be written alone while the others arrive, and two writes may be in flight.)
+    assert len({r["created_at"] for r in rows}) <= 3
+
+
+async def test_one_key_in_one_statement_makes_one_job_and_a_changed_body_is_refused(
+    writer: CreateWriter, wide_pool: asyncpg.Pool
+) -> None:
+    same = [("default", jobs.NewJob(SPEC, "shared")) for _ in range(10)]
+    changed = [("default", jobs.NewJob(OTHER_BODY, "shared")) for _ in range(3)]
+    outcomes = await _create_all(writer, same + changed)
+    made = [o for o in outcomes[:10] if isinstance(o, jobs.Created)]
+    assert len(made) == 10
+    assert len({o.job.id for o in made}) == 1
+    assert sum(o.created for o in made) == 1  # the others are replays
+    assert all(isinstance(o, IdempotencyConflict) for o in outcomes[10:])
+    count = await wide_pool.fetchval("SELECT count(*) FROM jobs WHERE idempotency_key = 'shared'")
+    assert count == 1
+
+
+async def test_tenants_in_one_batch_each_get_their_own_jobs(
+    writer: CreateWriter, wide_pool: asyncpg.Pool
+) -> None:
+    await wide_pool.execute(
+        "INSERT INTO tenants (id, name, max_running) VALUES ('other', 'Other', 10)"
+    )
+    items = [(t, jobs.NewJob(SPEC, f"k-{n}")) for n in range(6) for t in ("default", "other")]
+    outcomes = await _create_all(writer, items)
+    for (tenant, _), outcome in zip(items, outcomes, strict=True):
+        assert isinstance(outcome, jobs.Created) and outcome.created
+        assert outcome.job.tenant_id == tenant
+    # The same key under two tenants is two jobs.
+    assert len({o.job.id for o in outcomes if isinstance(o, jobs.Created)}) == 12
+
+
+async def test_an_item_the_database_refuses_fails_alone(
+    writer: CreateWriter, wide_pool: asyncpg.Pool
+) -> None:
+    # jsonb cannot hold U+0000: the statement with this item fails, and is written again item
+    # by item, so only this item's caller sees the error.
+    bad = JobSpec(prompt="nul \x00 here", provider="simulated", max_tokens=4)
+    items = [("default", jobs.NewJob(SPEC, f"ok-{n}")) for n in range(8)]
+    items.insert(3, ("default", jobs.NewJob(bad, "bad")))
+    outcomes = await _create_all(writer, items, errors=True)
+    assert isinstance(outcomes[3], asyncpg.PostgresError)
+    rest = outcomes[:3] + outcomes[4:]
+    assert all(isinstance(o, jobs.Created) and o.created for o in rest)
+    keys = {r["idempotency_key"] for r in await wide_pool.fetch("SELECT idempotency_key FROM jobs")}
+    assert keys == {f"ok-{n}" for n in range(8)}
+
+
+async def test_without_a_running_writer_a_create_is_written_alone(wide_pool: asyncpg.Pool) -> None:
+    announced = Announced()
+    writer = CreateWriter(wide_pool, None, announced)  # never run
+    async with asyncio.timeout(10):
+        outcome = await writer.create("default", jobs.NewJob(SPEC, "alone"))
+    assert isinstance(outcome, jobs.Created) and outcome.created
+    assert announced.providers == ["simulated"]

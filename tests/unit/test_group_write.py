@@ -1,0 +1,67 @@
+"""GroupWriter's edges: a stopped writer leaves no caller waiting for ever."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from jobstream.group_write import GroupWriter
+
+
+async def test_callers_of_a_stopped_writer_are_cancelled_not_left_waiting() -> None:
+    entered = asyncio.Event()
+
+    async def never_answers(items: Sequence[int]) -> list[int]:
+        entered.set()
+        await asyncio.Event().wait()
+        return list(items)
+
+    writer: GroupWriter[int, int] = GroupWriter("test", never_answers, max_batch=1, in_flight=1)
+    task = asyncio.create_task(writer.run())
+    in_flight = asyncio.ensure_future(writer.submit(1))  # taken by the one write allowed
+    queued = asyncio.ensure_future(writer.submit(2))  # still pending when the writer stops
+    async with asyncio.timeout(5):
+        await entered.wait()
+        task.cancel()
+        outcomes = await asyncio.gather(in_flight, queued, task, return_exceptions=True)
+    assert all(isinstance(o, asyncio.CancelledError) for o in outcomes)
+
+
+async def test_answers_come_back_to_their_callers_in_order() -> None:
+    batches: list[list[int]] = []
+
+    async def double(items: Sequence[int]) -> list[int]:
+        batches.append(list(items))
+        return [2 * item for item in items]
+
+    writer: GroupWriter[int, int] = GroupWriter("test", double, max_batch=3)
+    task = asyncio.create_task(writer.run())
+    try:
+        async with asyncio.timeout(5):
+            answers = await asyncio.gather(*(writer.submit(n) for n in range(7)))
+    finally:
+        task.cancel()
+    assert answers == [2 * n for n in range(7)]
+    assert all(len(batch) <= 3 for batch in batches) and len(batches) < 7
+
+
+@pytest.mark.parametrize("size", [1, 4])
+async def test_a_refused_batch_is_written_item_by_item(size: int) -> None:
+    async def refuse_odd(items: Sequence[int]) -> list[int]:
+        if any(item % 2 for item in items):
+            raise ValueError("odd")
+        return list(items)
+
+    writer: GroupWriter[int, int] = GroupWriter("test", refuse_odd, max_batch=size)
+    task = asyncio.create_task(writer.run())
+    try:
+        async with asyncio.timeout(5):
+            outcomes = await asyncio.gather(
+                *(writer.submit(n) for n in range(4)), return_exceptions=True
+            )
+    finally:
+        task.cancel()
+    assert outcomes[0] == 0 and outcomes[2] == 2
+    assert isinstance(outcomes[1], ValueError) and isinstance(outcomes[3], ValueError)
