@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import uuid
 from collections.abc import Callable
+from contextvars import ContextVar, Token
 
 import structlog
 
@@ -93,6 +95,40 @@ def _floodable_kind(record: logging.LogRecord) -> tuple[str, str] | None:
     return None
 
 
+# The attempt a line is about: (job id, attempt, run token). Set once where an attempt's task is
+# made (the task copies it), and formatted only into a line actually written: structlog's
+# bind_contextvars stringified and stored each field for every attempt, logged or not.
+AttemptFields = tuple[uuid.UUID, int, uuid.UUID] | None
+_attempt: ContextVar[AttemptFields] = ContextVar("jobstream_attempt", default=None)
+
+
+def bind_attempt(job_id: uuid.UUID, attempt: int, run_token: uuid.UUID) -> Token[AttemptFields]:
+    """Lines logged in this context, and in tasks made from it, name this attempt."""
+    return _attempt.set((job_id, attempt, run_token))
+
+
+def unbind_attempt(token: Token[AttemptFields]) -> None:
+    _attempt.reset(token)
+
+
+def attempt_fields() -> dict[str, object]:
+    """What a line logged here says of its attempt: job_id, attempt, run_token (or nothing)."""
+    bound = _attempt.get()
+    if bound is None:
+        return {}
+    job_id, attempt, run_token = bound
+    return {"job_id": str(job_id), "attempt": attempt, "run_token": str(run_token)}
+
+
+def _attempt_fields(
+    logger: object, method_name: str, event_dict: structlog.types.EventDict
+) -> structlog.types.EventDict:
+    if _attempt.get() is not None:
+        for name, value in attempt_fields().items():
+            event_dict.setdefault(name, value)
+    return event_dict
+
+
 def configure(level: str = "info", *, json: bool | None = True) -> None:
     """`json=None`: console lines when stderr is a terminal, JSON lines otherwise (a file, a
     pipe, a log collector). Colour codes only ever go to a terminal."""
@@ -101,6 +137,7 @@ def configure(level: str = "info", *, json: bool | None = True) -> None:
         json = not terminal
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
+        _attempt_fields,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

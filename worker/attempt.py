@@ -194,8 +194,14 @@ class AttemptRunner:
 
     async def _stop(self, pump: asyncio.Task[None]) -> None:
         stream_running = not pump.done()
-        pump.cancel()
-        (outcome,) = await asyncio.gather(pump, return_exceptions=True)
+        outcome: BaseException | None
+        if stream_running:
+            pump.cancel()
+            (outcome,) = await asyncio.gather(pump, return_exceptions=True)
+        else:
+            # The usual end: the pump posted the stream's end and finished. No gather (a
+            # future and callbacks per attempt) for a task that is done.
+            outcome = pump.exception() if not pump.cancelled() else asyncio.CancelledError()
         # The pump reports its own failures through the inbox; raising is a bug of ours.
         if isinstance(outcome, Exception):
             log.error("attempt_task_crashed", task=pump.get_name(), exc_info=outcome)

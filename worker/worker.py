@@ -9,7 +9,6 @@ are interrupted and hand their job straight back to the queue (worker/drain.py, 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import os
 import random
 import socket
@@ -20,7 +19,7 @@ from collections.abc import Mapping
 import asyncpg
 import structlog
 
-from jobstream import attempts, channels, claims, db
+from jobstream import attempts, channels, claims, db, logs
 from jobstream.claims import Claimed
 from jobstream.clock import Clock, DatabaseClock
 from jobstream.listener import Listener
@@ -286,20 +285,15 @@ class Worker:
             write_tokens=self._token_writes.append if self._token_writes else None,
         )
         key = (held.job_id, held.attempt)
-        # The attempt's log lines carry its job, attempt and run token: bound once in a context
-        # of the attempt's own (structlog's bound_contextvars walks every variable twice).
-        context = contextvars.copy_context()
-        context.run(
-            structlog.contextvars.bind_contextvars,
-            job_id=str(held.job_id),
-            attempt=held.attempt,
-            run_token=str(held.run_token),
-        )
-        task = asyncio.create_task(
-            self._run_attempt(key, runner),
-            name=f"attempt:{held.job_id}:{held.attempt}",
-            context=context,
-        )
+        # The attempt's log lines carry its job, attempt and run token: set in the context the
+        # attempt's task copies, and only formatted into lines that are written.
+        bound = logs.bind_attempt(held.job_id, held.attempt, held.run_token)
+        try:
+            task = asyncio.create_task(
+                self._run_attempt(key, runner), name=f"attempt:{held.job_id}:{held.attempt}"
+            )
+        finally:
+            logs.unbind_attempt(bound)
         self._running[key] = Running(runner, task)
 
     async def _run_attempt(self, key: tuple[uuid.UUID, int], runner: AttemptRunner) -> None:

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 import structlog
 
-from jobstream import claims
+from jobstream import claims, logs
 from jobstream.settings import Settings
 from tests.support.gated_provider import GatedProvider
 from tests.support.workers import (
@@ -68,7 +68,7 @@ class ContextRecorder(GatedProvider):
         self.context: dict[str, object] = {}
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamItem]:
-        self.context = structlog.contextvars.get_contextvars()
+        self.context = structlog.contextvars.get_contextvars() | logs.attempt_fields()
         async for item in super().stream(request):
             yield item
 
@@ -82,7 +82,7 @@ async def test_an_attempts_log_lines_name_its_job_attempt_and_run_token(
     job_id = await create_job(pool)
     async with running_worker(settings, pool=pool, providers={"simulated": recorder}) as worker:
         await wait_for_status(pool, job_id, "succeeded")
-        worker_context = structlog.contextvars.get_contextvars()
+        worker_context = structlog.contextvars.get_contextvars() | logs.attempt_fields()
     token = (await job_row(pool, job_id))["run_token"]  # the last attempt's, kept after it ends
     expected = {"job_id": str(job_id), "attempt": 1, "run_token": str(token)}
     assert {k: recorder.context.get(k) for k in expected} == expected

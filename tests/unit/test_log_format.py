@@ -8,6 +8,7 @@ import os
 import pty
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -63,3 +64,33 @@ def test_console_lines_in_a_pipe_carry_no_colour_codes() -> None:
     out = run("false", terminal=False)
     assert "job_created" in out and "job_id=j1" in out
     assert "\x1b" not in out
+
+
+ATTEMPT_PROGRAM = """
+import asyncio, logging, uuid, structlog
+from jobstream import logs
+logs.configure("info", json=True)
+job, token = uuid.UUID(int=1), uuid.UUID(int=2)
+async def attempt():
+    structlog.get_logger("demo").info("attempt_started")
+    logging.getLogger("stdlib").warning("from the standard library")
+async def main():
+    bound = logs.bind_attempt(job, 3, token)
+    try:
+        task = asyncio.create_task(attempt())
+    finally:
+        logs.unbind_attempt(bound)
+    structlog.get_logger("demo").info("outside")
+    await task
+asyncio.run(main())
+"""
+
+
+def test_an_attempts_lines_name_it_and_the_worker_lines_do_not() -> None:
+    done = subprocess.run([sys.executable, "-c", ATTEMPT_PROGRAM], cwd=REPO_ROOT,
+                          capture_output=True, timeout=30, check=True)  # fmt: skip
+    lines = {line["event"]: line for line in map(json.loads, done.stderr.decode().splitlines())}
+    named = {"job_id": str(uuid.UUID(int=1)), "attempt": 3, "run_token": str(uuid.UUID(int=2))}
+    for event in ("attempt_started", "from the standard library"):
+        assert {k: lines[event].get(k) for k in named} == named
+    assert "job_id" not in lines["outside"]
