@@ -96,14 +96,18 @@ async def steady(
     rate: float,
     concurrency: int,
     batch_api: bool,
+    processes: int = 1,
 ) -> Steady:
     url = await side.prepare(admin_url)
     conn = await common.connect(url)
     pool = await common.create_pool(url, producers)
-    worker = await common.spawn("worker", env=_worker_env(url, concurrency))
-    alive = common.check_alive([worker])
+    workers = [
+        await common.spawn("worker", env=_worker_env(url, concurrency)) for _ in range(processes)
+    ]
+    alive = common.check_alive(workers)
     try:
-        await common.wait_for_clients(conn, 2)
+        # Each worker holds a pool connection and its LISTEN connection once it runs.
+        await common.wait_for_clients(conn, 2 * processes)
         await common.settle(url)
 
         async def snapshot() -> Snapshot:
@@ -142,7 +146,7 @@ async def steady(
             end[0],
         )
     finally:
-        await common.stop_all([worker])
+        await common.stop_all(workers)
         await pool.close()
         await conn.close()
     assert row is not None

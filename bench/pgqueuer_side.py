@@ -140,6 +140,7 @@ async def steady(
     batch: int,
     rate: float,
     shape: Shape,
+    processes: int = 1,
 ) -> Steady:
     url = await prepare(admin_url)
     conn = await common.connect(url, json_codecs=False)
@@ -147,7 +148,7 @@ async def steady(
     runners: list[asyncio.subprocess.Process] = []
     try:
         await common.settle(url)
-        runners = await _runners(url, 1, shape)
+        runners = await _runners(url, processes, shape)
         await _start(runners)
         queues = [Queries(AsyncpgDriver(c)) for c in producer_conns]
 

@@ -20,6 +20,7 @@ class Options:
     steady_rate: float
     producers: int
     producer_batch: int
+    consumers: int
     enqueue_requests: int
     enqueue_callers: int
     batch_requests: int
@@ -49,6 +50,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
                         " can")  # fmt: skip
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--producer-batch", type=int, default=100)
+    parser.add_argument("--steady-consumers", type=int, default=1,
+                        help="consumer processes in the steady state, each side")  # fmt: skip
     parser.add_argument("--enqueue-requests", type=int,
                         help="single-job calls per number of callers; default 1000"
                         " (quick: 300)")  # fmt: skip
@@ -83,6 +86,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         steady_rate=args.steady_rate,
         producers=args.producers,
         producer_batch=args.producer_batch,
+        consumers=args.steady_consumers,
         enqueue_requests=int(pick(args.enqueue_requests, 1000, 300)),
         enqueue_callers=args.enqueue_callers,
         batch_requests=int(pick(args.batch_requests, 10, 2)),

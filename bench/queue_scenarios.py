@@ -53,9 +53,10 @@ async def drain(options: Options, admin_url: str, table: Table, batch_api: bool)
 async def steady(options: Options, admin_url: str, table: Table, batch_api: bool) -> None:
     how = f"paced to {options.steady_rate:,.0f} jobs/s" if options.steady_rate else "unpaced"
     via = "POST /api/jobs/batch" if batch_api else "jobs.create"
+    consumers = f"{options.consumers} consumer process{'es' if options.consumers > 1 else ''}"
     print(
         f"\n(b) steady state, {options.steady_s:g} s: {options.producers} producers x"
-        f" {options.producer_batch} jobs a call ({how}; jobstream via {via}), one consumer process"
+        f" {options.producer_batch} jobs a call ({how}; jobstream via {via}), {consumers}"
     )
     rows = ["steady: done", "steady: offered", "steady: unfinished at end"]
 
@@ -64,6 +65,7 @@ async def steady(options: Options, admin_url: str, table: Table, batch_api: bool
             admin_url, seconds=options.steady_s, warmup_s=1.0, producers=options.producers,
             batch=options.producer_batch, rate=options.steady_rate,
             concurrency=options.drain_concurrency, batch_api=batch_api,
+            processes=options.consumers,
         )  # fmt: skip
         for row, value in zip(rows, _steady_values(result), strict=True):
             table.add(row, "jobs" if "unfinished" in row else "jobs/s", JOBSTREAM, value)
@@ -73,6 +75,7 @@ async def steady(options: Options, admin_url: str, table: Table, batch_api: bool
         result = await pgqueuer_side.steady(
             admin_url, seconds=options.steady_s, warmup_s=1.0, producers=options.producers,
             batch=options.producer_batch, rate=options.steady_rate, shape=options.pgq,
+            processes=options.consumers,
         )  # fmt: skip
         for row, value in zip(rows, _steady_values(result), strict=True):
             table.add(row, "jobs" if "unfinished" in row else "jobs/s", PGQUEUER, value)
