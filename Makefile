@@ -24,10 +24,12 @@ browser:
 
 ## Lint, type-check, then the whole suite. Our modules are compiled once first: the suite starts
 ## servers, workers and CLIs by the hundred, and where PYTHONDONTWRITEBYTECODE is set (this
-## machine) each would compile every module it imports again (16 s of the suite's 4 minutes).
+## machine) each would compile every module it imports again. Files go out in collection order,
+## the slow end-to-end ones first: xdist's default (most tests first) left the one-test files,
+## the fuzzing and chaos runs among them, to the end, run one after another (a minute's tail).
 test: $(STAMP) browser lint typecheck
 	$(BIN)/python -m compileall -q -j 0 jobstream server worker bench tests/support
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
