@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from jobstream import job_reads, jobs
 from jobstream.errors import JobNotFound
+from jobstream.job_reads import Snapshot
 from jobstream.jobspec import JobSpec
 from jobstream.types import TERMINAL_STATUSES
 from server import validation
@@ -52,6 +53,10 @@ async def create_response(request: Request) -> Response:
         return ResponseStream(app, head, last_seq=job.last_seq, live=True)
     if not asked.background and job.status not in TERMINAL_STATUSES:
         await _until_finished(request, app, job.id, job.last_seq)
+    elif outcome.created:
+        # Just made: queued, no attempt, no text. The create's own row is the answer, as of
+        # its own transaction, not a second read.
+        return json_response(objects.from_snapshot(head, Snapshot(job, [], "")))
     return await _current(app, tenant, head)
 
 
