@@ -27,9 +27,14 @@ browser:
 ## machine) each would compile every module it imports again. Files go out in collection order,
 ## the slow end-to-end ones first: xdist's default (most tests first) left the one-test files,
 ## the fuzzing and chaos runs among them, to the end, run one after another (a minute's tail).
-test: $(STAMP) browser lint typecheck
+## The type check runs beside the suite: the suite waits on processes and keeps about one of
+## two cores busy, and mypy's 30 s fit in the other.
+test: $(STAMP) browser lint
 	$(BIN)/python -m compileall -q -j 0 jobstream server worker bench tests/support
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+	@$(BIN)/mypy > .mypy.out 2>&1 & types=$$!; \
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder; suite=$$?; \
+	wait $$types; typed=$$?; cat .mypy.out; rm -f .mypy.out; \
+	test $$suite -eq 0 && test $$typed -eq 0
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
