@@ -22,13 +22,15 @@ CHROMIUM := /usr/bin/chromium
 browser:
 	@test -x $(CHROMIUM) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium)
 
-## Lint, type-check, then the whole suite. Our modules are compiled once first: the suite starts
-## servers, workers and CLIs by the hundred, and where PYTHONDONTWRITEBYTECODE is set (this
-## machine) each would compile every module it imports again. Files go out in collection order,
-## the slow end-to-end ones first: xdist's default (most tests first) left the one-test files,
-## the fuzzing and chaos runs among them, to the end, run one after another (a minute's tail).
-## The type check runs beside the suite: the suite waits on processes and keeps about one of
-## two cores busy, and mypy's 30 s fit in the other.
+## Lint, then the whole suite with the type check beside it.
+## - Our modules are compiled once first: the suite starts servers, workers and CLIs by the
+##   hundred, and where PYTHONDONTWRITEBYTECODE is set (this machine) each would compile every
+##   module it imports again.
+## - Files go out in collection order, the slow end-to-end ones first: xdist's default (most
+##   tests first) left the one-test files, the fuzzing and chaos runs among them, to the end,
+##   run one after another (a minute's tail).
+## - The type check runs beside the suite: the suite waits on processes and keeps about one of
+##   two cores busy, and mypy's 30 s fit in the other.
 test: $(STAMP) browser lint
 	$(BIN)/python -m compileall -q -j 0 jobstream server worker bench tests/support
 	@$(BIN)/mypy > .mypy.out 2>&1 & types=$$!; \
