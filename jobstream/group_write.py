@@ -116,7 +116,7 @@ class GroupWriter(Generic[Item, Answer]):
             answers = await self._write_many(items)
         except db.DISCONNECTS as exc:
             for future in waiting:
-                _settle(future, exc)
+                _fail(future, exc)
             return
         except Exception:
             log.warning("group_write_refused", writer=self._name, size=len(items), exc_info=True)
@@ -124,18 +124,20 @@ class GroupWriter(Generic[Item, Answer]):
                 try:
                     (answer,) = await self._write_many([item])
                 except Exception as exc:
-                    _settle(future, exc)
+                    _fail(future, exc)
                 else:
-                    _settle(future, answer)
+                    _answer(future, answer)
             return
         for future, answer in zip(waiting, answers, strict=True):
-            _settle(future, answer)
+            _answer(future, answer)
 
 
-def _settle(future: asyncio.Future[Answer], outcome: Answer | BaseException) -> None:
-    if future.done():  # its caller was cancelled while it waited
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
+def _answer(future: asyncio.Future[Answer], answer: Answer) -> None:
+    """An answer is a value, even one that is an exception (a create's refusal is returned)."""
+    if not future.done():  # else its caller was cancelled while it waited
+        future.set_result(answer)
+
+
+def _fail(future: asyncio.Future[Answer], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)

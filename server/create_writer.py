@@ -33,18 +33,9 @@ WRITES_IN_FLIGHT = 2
 
 Item = tuple[str, jobs.NewJob]  # (tenant, job)
 Outcome = jobs.Created | jobs.Refusal
-
-
-class _Answer:
-    """An item's answer, boxed: GroupWriter raises an answer that is an exception, and refusals
-    are exceptions that a create returns. `error` is the statement's failure, which the caller
-    raises as a create of its own would have."""
-
-    __slots__ = ("error", "outcome")
-
-    def __init__(self, outcome: Outcome | None, error: Exception | None = None) -> None:
-        self.outcome = outcome
-        self.error = error
+# What the writer answers an item: its outcome, or the error its statement met, which the caller
+# raises as a create of its own would have (refusals are exceptions too, but returned).
+Answer = Outcome | Exception
 
 
 class CreateWriter:
@@ -70,10 +61,9 @@ class CreateWriter:
             answer = await self._writer.submit((tenant_id, job))
         else:
             [answer] = await self._create_many([(tenant_id, job)])
-        if answer.error is not None:
-            raise answer.error
-        assert answer.outcome is not None
-        return answer.outcome
+        if isinstance(answer, jobs.Created | jobs.Refusal):
+            return answer
+        raise answer
 
     async def run(self) -> None:
         """The writer, until cancelled."""
@@ -83,13 +73,13 @@ class CreateWriter:
         finally:
             self._running = False
 
-    async def _create_many(self, items: Sequence[Item]) -> list[_Answer]:
+    async def _create_many(self, items: Sequence[Item]) -> list[Answer]:
         """One statement per tenant (INSERT_JOBS is one tenant's), side by side. One tenant's
         failure is its items' alone: the others' jobs are made and answered."""
         by_tenant: dict[str, list[int]] = {}
         for i, (tenant_id, _) in enumerate(items):
             by_tenant.setdefault(tenant_id, []).append(i)
-        outcomes: dict[int, _Answer] = {}
+        outcomes: dict[int, Answer] = {}
 
         async def one_tenant(tenant_id: str, places: list[int]) -> None:
             try:
@@ -100,10 +90,10 @@ class CreateWriter:
             except db.DISCONNECTS as exc:
                 # In doubt: the statement may have committed. Never written again here; each
                 # caller answers as a lone create that lost its connection would.
-                outcomes.update((i, _Answer(None, exc)) for i in places)
+                outcomes.update((i, exc) for i in places)
             except asyncpg.PostgresError as exc:
                 if len(places) == 1:
-                    outcomes[places[0]] = _Answer(None, exc)
+                    outcomes[places[0]] = exc
                     return
                 # The database refused the statement, which committed nothing: each item
                 # alone, so that only the one at fault sees the error.
@@ -111,9 +101,9 @@ class CreateWriter:
                 for i in places:
                     await one_tenant(tenant_id, [i])
             except Exception as exc:  # a bug of ours: every item answers it, none written twice
-                outcomes.update((i, _Answer(None, exc)) for i in places)
+                outcomes.update((i, exc) for i in places)
             else:
-                outcomes.update((i, _Answer(o)) for i, o in zip(places, made, strict=True))
+                outcomes.update(zip(places, made, strict=True))
 
         await asyncio.gather(*(one_tenant(t, places) for t, places in by_tenant.items()))
         return [outcomes[i] for i in range(len(items))]

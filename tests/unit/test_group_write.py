@@ -65,3 +65,17 @@ async def test_a_refused_batch_is_written_item_by_item(size: int) -> None:
         task.cancel()
     assert outcomes[0] == 0 and outcomes[2] == 2
     assert isinstance(outcomes[1], ValueError) and isinstance(outcomes[3], ValueError)
+
+
+async def test_an_answer_that_is_an_exception_is_returned_not_raised() -> None:
+    async def refuse_as_answers(items: Sequence[int]) -> list[ValueError]:
+        return [ValueError(f"refused {item}") for item in items]
+
+    writer: GroupWriter[int, ValueError] = GroupWriter("test", refuse_as_answers, max_batch=4)
+    task = asyncio.create_task(writer.run())
+    try:
+        async with asyncio.timeout(5):
+            answers = await asyncio.gather(*(writer.submit(n) for n in range(3)))
+    finally:
+        task.cancel()
+    assert [str(answer) for answer in answers] == ["refused 0", "refused 1", "refused 2"]
