@@ -93,8 +93,9 @@ async def wait_for_database(url: str, timeout_s: float) -> None:
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """A released connection keeps its session: asyncpg has already rolled back any open
-    transaction, and nothing of ours sets session state on a pool connection (LISTEN has its own
-    connection; settings and advisory locks are transaction-scoped). The default reset sent
+    transaction, and nothing of ours leaves session state on a pool connection (LISTEN has its
+    own connection; settings are transaction-scoped; the janitor unlocks its session advisory
+    lock itself before it gives the connection back). The default reset sent
     `RESET ALL` and `pg_advisory_unlock_all()` on every release: a round trip per statement."""
 
 

@@ -80,8 +80,9 @@ class Janitor:
             try:
                 return await self._work(conn)
             finally:
-                # A broken connection has freed the lock with its session; and the pool's reset
-                # of a connection it gets back unlocks every advisory lock anyway.
+                # The lock is the session's, and the pool keeps a connection's session when it
+                # gets it back (db._keep_session): unlock here. A broken connection has freed
+                # the lock with its session.
                 with contextlib.suppress(*db.DISCONNECTS):
                     await conn.execute(queries.UNLOCK, LOCK_ID)
 
