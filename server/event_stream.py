@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 from starlette.types import Receive, Scope, Send
 
-from jobstream import sse
+from jobstream import db, sse
 from server.flag import Flag, Stop
 
 log = structlog.get_logger(__name__)
@@ -101,8 +101,13 @@ class EventStream:
             await asyncio.gather(*racers, return_exceptions=True)
             # Runs the body's cleanup (its subscription is released) even if a send was blocked.
             await self._body.aclose()
-        if not pump.cancelled() and pump.exception() is not None:
-            log.error("stream_failed", exc_info=pump.exception())
+        failure = None if pump.cancelled() else pump.exception()
+        if isinstance(failure, db.DISCONNECTS):
+            # PostgreSQL went away (a restart): the log is durable, and the client resumes from
+            # its last id once it reconnects. Not a failure of ours.
+            log.warning("stream_database_lost", error=repr(failure))
+        elif failure is not None:
+            log.error("stream_failed", exc_info=failure)
         if client_gone:
             return  # nobody to finish the response for
         try:
