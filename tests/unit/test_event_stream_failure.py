@@ -4,7 +4,7 @@ any other failure of the body is an error."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, MutableMapping
 from typing import Any
 
 import pytest
@@ -12,20 +12,22 @@ from structlog.testing import capture_logs
 
 from server.event_stream import EventStream
 
+Message = MutableMapping[str, Any]
 
-async def _serve(failure: Exception) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+
+async def _serve(failure: Exception) -> tuple[list[Message], list[Message]]:
     async def body() -> AsyncGenerator[bytes, None]:
         yield b"data: first\n\n"
         raise failure
 
-    sent: list[dict[str, Any]] = []
+    sent: list[Message] = []
     client_left = asyncio.Event()
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         await client_left.wait()  # the client stays until the response ends
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
 
     stream = EventStream(body(), heartbeat_s=30)
