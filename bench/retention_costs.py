@@ -77,8 +77,7 @@ def _insert_args(n: int) -> Callable[[], Awaitable[list[Any]]]:
     async def args() -> list[Any]:
         items = [NewJob(SPEC, f"k-{uuid.uuid4()}") for _ in range(n)]
         ids = [uuid.uuid4() for _ in items]
-        columns = jobs._columns(ids, "default", items)
-        return [*columns, None, True, [None] * n]
+        return jobs.insert_args(ids, "default", items, None)
 
     return args
 

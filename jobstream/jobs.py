@@ -103,9 +103,7 @@ async def create_many(
     now = clock.now() if clock is not None else None
     ids = _new_ids(len(items))
     async with pool.acquire() as conn:
-        rows = await conn.fetch(
-            queries.INSERT_JOBS, *_columns(ids, tenant_id, items), now, True, _retain(items)
-        )
+        rows = await conn.fetch(queries.INSERT_JOBS, *insert_args(ids, tenant_id, items, now))
         if not rows:
             raise JobstreamError(f"tenant {tenant_id!r} does not exist")
         if rows[0]["go"]:
@@ -143,29 +141,32 @@ def _new_ids(count: int) -> list[uuid.UUID]:
     return [uuid.UUID(bytes=raw[i : i + 16], version=4) for i in range(0, 16 * count, 16)]
 
 
-def _columns(ids: Sequence[uuid.UUID], tenant_id: str, items: Sequence[NewJob]) -> list[Any]:
-    """INSERT_JOBS' parameters $1 to $13, one array element per item."""
-    specs = [item.spec for item in items]
-    return [
-        list(ids),
-        tenant_id,
-        [item.idempotency_key for item in items],
-        [item.request_hash for item in items],
-        [spec.provider for spec in specs],
-        [spec.priority for spec in specs],
-        [spec.payload() for spec in specs],
-        [spec.metadata for spec in specs],
-        [spec.max_attempts for spec in specs],
-        [spec.webhook_url for spec in specs],
-        [item.reserved_usd for item in items],
-        [spec.run_at for spec in specs],
-        [spec.delay_s for spec in specs],
-    ]
+def insert_args(
+    ids: Sequence[uuid.UUID],
+    tenant_id: str,
+    items: Sequence[NewJob],
+    now: datetime | None,
+    *,
+    locked: bool = False,
+) -> list[Any]:
+    """INSERT_JOBS' parameters: the jobs as one JSON array, the tenant, now, and whether the
+    statement must leave a tenant with limits to the locked path (not when it is that path)."""
+    pairs = enumerate(zip(ids, items, strict=True))
+    rows = [_insert_row(i, job_id, item) for i, (job_id, item) in pairs]
+    return [rows, tenant_id, now, not locked]
 
 
-def _retain(items: Sequence[NewJob]) -> list[int | None]:
-    """INSERT_JOBS' $16: each job's retain_s (None: the deployment's retention)."""
-    return [item.spec.retain_s for item in items]
+def _insert_row(ordinal: int, job_id: uuid.UUID, item: NewJob) -> dict[str, Any]:
+    """One element of INSERT_JOBS' $1, its fields named as the statement's recordset names them."""
+    spec = item.spec
+    return {
+        "ord": ordinal, "id": job_id, "key": item.idempotency_key, "hash": item.request_hash,
+        "provider": spec.provider, "priority": spec.priority, "payload": spec.payload(),
+        "metadata": spec.metadata, "max_attempts": spec.max_attempts,
+        "webhook_url": spec.webhook_url,
+        "estimate": str(item.reserved_usd),  # exact: a JSON number would pass through a float
+        "run_at": spec.run_at, "delay_s": spec.delay_s, "retain_s": spec.retain_s,
+    }  # fmt: skip
 
 
 async def _create_checked(
@@ -224,7 +225,7 @@ async def _create_checked(
     chosen = [items[i] for i in admitted]
     chosen_ids = [ids[i] for i in admitted]
     rows = await conn.fetch(
-        queries.INSERT_JOBS, *_columns(chosen_ids, tenant_id, chosen), now, False, _retain(chosen)
+        queries.INSERT_JOBS, *insert_args(chosen_ids, tenant_id, chosen, now, locked=True)
     )
     return {r["id"]: r for r in rows if r["id"] is not None}, refused
 

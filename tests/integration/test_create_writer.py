@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 
 import asyncpg
 import pytest
@@ -119,3 +121,38 @@ async def test_without_a_running_writer_a_create_is_written_alone(wide_pool: asy
         outcome = await writer.create("default", jobs.NewJob(SPEC, "alone"))
     assert isinstance(outcome, jobs.Created) and outcome.created
     assert announced.providers == ["simulated"]
+
+
+async def test_every_field_is_stored_exactly_as_given(pool: asyncpg.Pool) -> None:
+    """INSERT_JOBS takes a batch as one JSON parameter: text, numbers, money and times come out
+    of the row exactly as they went in, and the jobs keep their order."""
+    run_at = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+    odd = 'quote " backslash \\ tab \t newline \n é 日本 🙂 \u2028'
+    rich = JobSpec(
+        prompt=odd, provider="simulated", model="m-1", max_tokens=7, priority=-3,
+        max_attempts=2, retry_unknown=True, timeout_s=12.5,
+        webhook_url="https://example.com/hook?a=1&b=2", metadata={"k": odd, "n": [1, 2.5, None]},
+        run_at=run_at, retain_s=3600,
+    )  # fmt: skip
+    later = JobSpec(prompt="later", provider="simulated", delay_s=30.25)
+    items = [
+        jobs.NewJob(rich, "key " + odd, Decimal("0.00000123")),
+        jobs.NewJob(later, None, Decimal("12.5")),
+    ]
+    outcomes = await jobs.create_many(pool, "default", items)
+    made = [o.job for o in outcomes if isinstance(o, jobs.Created)]
+    assert len(made) == 2
+    first, second = made
+    assert first.payload == rich.payload() and first.metadata == rich.metadata
+    assert first.idempotency_key == "key " + odd and first.request_hash == items[0].request_hash
+    assert (first.priority, first.max_attempts, first.retain_s) == (-3, 2, 3600)
+    assert first.webhook_url == rich.webhook_url
+    assert first.reserved_usd == first.estimate_usd == Decimal("0.00000123")
+    assert first.run_after == run_at
+    assert second.reserved_usd == Decimal("12.5") and second.idempotency_key is None
+    assert second.run_after - second.created_at == timedelta(seconds=30.25)
+    # Request order is insert order: the first item's row was written first.
+    order = await pool.fetch(
+        "SELECT id FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY ctid", [j.id for j in made]
+    )
+    assert [r["id"] for r in order] == [first.id, second.id]
