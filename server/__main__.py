@@ -7,7 +7,7 @@ import sys
 import structlog
 import uvicorn
 
-from jobstream import logs
+from jobstream import heap, logs
 from jobstream.settings import Settings
 from server import connections
 from server.app import create_app
@@ -47,6 +47,7 @@ def main() -> int:
         timeout_keep_alive=settings.keep_alive_s,
         http=connections.http_protocol(settings.head_timeout_s),
     )
+    heap.freeze_startup_objects()
     DrainingServer(config).run()
     return 0
 

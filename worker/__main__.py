@@ -7,7 +7,7 @@ import sys
 import structlog
 import uvloop
 
-from jobstream import logs
+from jobstream import heap, logs
 from jobstream.errors import DatabaseUnavailable
 from jobstream.settings import Settings
 from worker.app import serve
@@ -18,6 +18,7 @@ def main() -> int:
     if settings is None:
         return 2
     logs.configure(settings.log_level, json=settings.log_json)
+    heap.freeze_startup_objects()
     try:
         # uvloop, as the server's uvicorn picks: a busy worker spends most of its time in the
         # event loop's own machinery (tasks, timers, sockets).
