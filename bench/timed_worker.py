@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
 
+import uvloop
+
 from jobstream import logs
 from jobstream.settings import Settings
 from worker.providers.base import Provider, ProviderRequest, StreamItem, TextDelta
@@ -50,7 +52,8 @@ def main() -> None:
     settings = Settings.from_env()
     logs.configure(settings.log_level, json=settings.log_json)
     sent: list[tuple[str, str, float]] = []
-    asyncio.run(_run(settings, sent))
+    # uvloop, as `python -m worker` runs: the figures are the shipped worker's.
+    uvloop.run(_run(settings, sent))
     lines = (f"{prompt}\t{text}\t{at}\n" for prompt, text, at in sent)
     Path(os.environ["BENCH_SENT_PATH"]).write_text("".join(lines))
 
