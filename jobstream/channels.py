@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-CHANNEL_EVENTS: Final = "jobstream_events"  # payload "job_id:last_seq"
+# payload "job_id:last_seq", or several joined by commas (a worker's token writes of one tick)
+CHANNEL_EVENTS: Final = "jobstream_events"
 CHANNEL_JOBS: Final = "jobstream_jobs"  # payload "provider": a job became runnable
 CHANNEL_CANCEL: Final = "jobstream_cancel"  # payload "job_id": a running job was asked to stop

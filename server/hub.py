@@ -158,15 +158,16 @@ class Hub:
     # --- wake-ups ---
 
     def _notified(self, payload: str) -> None:
-        job, _, seq = payload.partition(":")
-        try:
-            job_id, last_seq = uuid.UUID(job), int(seq)
-        except ValueError:
-            log.warning("hub_bad_notification", payload=payload[:100])
-            return
-        feed = self._feeds.get(job_id)
-        if feed is not None:
-            self._wake(feed, last_seq)
+        for item in payload.split(","):
+            job, _, seq = item.partition(":")
+            try:
+                job_id, last_seq = uuid.UUID(job), int(seq)
+            except ValueError:
+                log.warning("hub_bad_notification", payload=item[:100])
+                continue
+            feed = self._feeds.get(job_id)
+            if feed is not None:
+                self._wake(feed, last_seq)
 
     def _wake(self, feed: _Feed, last_seq: int | None = None) -> None:
         if last_seq is not None and feed.position is not None and last_seq <= feed.position:

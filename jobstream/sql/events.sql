@@ -1,7 +1,7 @@
 -- A job's event log: appends by the API and the attempts (jobstream/events.py), and the reads of
 -- the streams and of the hub that fans them out (server/events_api.py, server/hub.py).
 -- NOTIFY payloads carry only identifiers, the tables are the truth: on jobstream_events,
--- "job_id:last_seq" (jobstream/channels.py).
+-- "job_id:last_seq", or several of them joined by commas (jobstream/channels.py).
 
 -- name: APPEND_EVENTS
 -- Append events to a job's log. The UPDATE allocates the seq range under the job's row lock, so

@@ -12,7 +12,7 @@ import asyncpg
 import httpx
 import pytest
 
-from jobstream import events
+from jobstream import events, token_appends
 from jobstream.settings import Settings
 from jobstream.sql import queries
 from server.app import create_app
@@ -237,3 +237,40 @@ async def test_news_of_many_jobs_in_one_commit_is_read_in_one_statement(
         assert got.events[1]["text"] == f"job {n} "
     # One read for the twenty jobs; a second if a notification landed after the first began.
     assert served.hub.reads - reads_before <= 2
+
+
+@pytest.mark.parametrize("hub_settings", [{"hub_recheck_s": 3600.0}], indirect=True)
+async def test_one_notification_for_many_jobs_wakes_each_of_them(
+    served: Served, pool: asyncpg.Pool, database_url: str
+) -> None:
+    # A worker's token write of one tick notifies once per hundred jobs ("id:seq,id:seq,...");
+    # every job named wakes its followers, as its own notification did. No recheck runs meanwhile.
+    jobs = [await create(served.client) for _ in range(3)]
+    helds = [await drive.claim(pool) for _ in jobs]
+    by_id = {str(h.job_id): h for h in helds}
+    readers = [
+        asyncio.create_task(read_stream(served.client, job["events_url"], max_events=4))
+        for job in jobs
+    ]
+    await until_followers(served.hub, 3)
+    appends = [
+        token_appends.TokenAppend(by_id[job["id"]], [f"job {n} "], at=0)
+        for n, job in enumerate(jobs)
+    ]
+    heard: list[str] = []
+    listener = await asyncpg.connect(database_url)
+    try:
+        await listener.add_listener("jobstream_events", lambda *args: heard.append(args[3]))
+        answers = await token_appends.append_tokens_many(pool, appends)
+        assert all(a.held and a.last_seq is not None for a in answers)
+        await eventually(lambda: _now(heard), bool, what="the write's notification arrives")
+    finally:
+        await listener.close()
+    assert len(heard) == 1 and len(heard[0].split(",")) == 3
+    for n, got in enumerate(await asyncio.wait_for(asyncio.gather(*readers), 30)):
+        assert [e["type"] for e in got.events] == ["status", "reset", "status", "token"]
+        assert got.events[-1]["text"] == f"job {n} "
+
+
+async def _now(values: list[str]) -> list[str]:
+    return values
