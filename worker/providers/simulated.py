@@ -21,6 +21,7 @@ from typing import Any, Final, Literal, TypeVar, cast, get_args
 from jobstream.errors import ProviderError
 from jobstream.usage import Usage
 from worker.providers.base import ProviderRequest, StreamItem, TextDelta
+from worker.providers.pacer import Pacer
 
 FaultKind = Literal["transient", "rate_limited", "permanent", "timeout", "drop"]
 Pattern = Literal["words", "count"]
@@ -192,11 +193,12 @@ class SimulatedProvider:
         self,
         *,
         usd_per_mtok: Decimal = DEFAULT_USD_PER_MTOK,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self._price_per_token = usd_per_mtok / _MILLION
-        # Injected so unit tests can count the pauses instead of sitting through them.
-        self._sleep = sleep
+        # Injected so unit tests can count the pauses instead of sitting through them; else
+        # every stream of this provider sleeps on one timer a tick (worker/providers/pacer.py).
+        self._sleep = sleep or Pacer().sleep
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamItem]:
         try:
