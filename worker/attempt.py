@@ -1,11 +1,13 @@
 """One attempt at a job: stream from the provider, persist the tokens, settle the outcome.
 
-Three sources feed one inbox: the provider pump (deltas, then the end or the failure), the
-worker's lease renewals (a cancel request, or the lease lost; worker/lease.py) and the worker
-(shutdown). The runner's loop is the only writer: it coalesces deltas into flushes and, at the
-first ending, stops the pump, leaves the lease renewals and records exactly one outcome
-(worker/outcome.py), flushing first so that the log holds every token before the status changes
-(DESIGN.md §5).
+The provider pump adds the stream's deltas to the attempt's coalescer itself, and waking the
+runner only when a flush falls due (a delta through a queue to the runner was a task switch and
+a timer per token, at 50 tokens/s nearly every delta alone). Three sources feed one inbox with
+the attempt's endings: the pump (the stream's end or failure), the worker's lease renewals (a
+cancel request, or the lease lost; worker/lease.py) and the worker (shutdown). The runner's loop
+is the only writer: it flushes what the coalescer holds when due and, at the first ending, stops
+the pump, leaves the lease renewals and records exactly one outcome (worker/outcome.py),
+flushing first so that the log holds every token before the status changes (DESIGN.md §5).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from worker.inbox import (
 )
 from worker.lease import Lease, Leases
 from worker.outcome import AttemptResult, LeaseExpired, OutcomeRecorder, SuccessWriter
-from worker.providers.base import Provider, ProviderRequest, TextDelta
+from worker.providers.base import Provider, ProviderRequest
 from worker.token_log import AppendWriter, TokenLog
 
 log = structlog.get_logger(__name__)
@@ -138,43 +140,48 @@ class AttemptRunner:
         give_up_at = loop.time() + self.held.spec.timeout_s
         try:
             while True:
-                # Everything that arrived since the last look, at once; nothing by the time the
-                # oldest pending delta has waited long enough means flush it.
+                # Woken by an ending, by the pump when a flush falls due (or the first delta
+                # after one sets when), or by the deadline: nothing pending waits for the
+                # attempt's time limit alone.
                 due_at = coalescer.due_at
-                messages = await self._inbox.take(
-                    give_up_at if due_at is None else min(due_at, give_up_at)
-                )
+                if coalescer.flush_due(loop.time()):
+                    wait_until = 0.0  # a chunk filled while the last flush was written
+                else:
+                    wait_until = give_up_at if due_at is None else min(due_at, give_up_at)
+                endings = await self._inbox.take(wait_until)
+                if endings:
+                    return endings[0]  # its pending deltas are written as it settles
                 now = loop.time()
-                flush = not messages
-                for message in messages:
-                    if not isinstance(message, TextDelta):
-                        return message  # its pending deltas are written as it settles
-                    flush = coalescer.add(message.text, now) or flush
                 if now >= give_up_at:
                     return self._timed_out()
                 # One write for all that is due, however many chunks (events of at most
                 # flush_bytes each) it holds.
-                if flush and not await self._flushed():
+                if coalescer.flush_due(now) and not await self._flushed():
                     return LeaseLost("a token write was refused: the job moved on")
         finally:
             self._lease.release()
             await self._stop(pump)
 
     async def _pump(self) -> None:
-        """Move the provider's stream into the inbox; its end or failure is the last message."""
+        """Move the provider's stream into the coalescer; its end or failure goes to the inbox."""
         stream = self._provider.stream(self._request)
         ending: Ending = StreamEnded()
+        coalescer = self._coalescer
+        loop = asyncio.get_running_loop()
         try:
             async for item in stream:
                 if isinstance(item, Usage):
                     self._usage = item
-                elif "\x00" in item.text:
+                    continue
+                text = item.text
+                if "\x00" in text:
                     # PostgreSQL's jsonb cannot hold U+0000: every flush of this text failed and
                     # the job was retried to death, paying the provider each time. Replaced
                     # once, here, so that the log and the result agree.
-                    self._inbox.put_nowait(TextDelta(item.text.replace("\x00", "\ufffd")))
-                else:
-                    self._inbox.put_nowait(item)
+                    text = text.replace("\x00", "\ufffd")
+                idle = coalescer.due_at is None
+                if coalescer.add(text, loop.time()) or (idle and coalescer.due_at is not None):
+                    self._inbox.wake()  # a flush is due, or its time was just set
         except ProviderError as exc:
             ending = StreamFailed(Failure.from_provider(exc))
         except TimeoutError:

@@ -39,6 +39,10 @@ class Coalescer:
                 self._last_bytes += size
             if self._due_at is None:
                 self._due_at = now + self._interval_s
+        return self.flush_due(now)
+
+    def flush_due(self, now: float) -> bool:
+        """A full chunk waits, or the oldest pending delta has waited long enough."""
         return self._last_bytes >= self._max_bytes or (
             self._due_at is not None and now >= self._due_at
         )

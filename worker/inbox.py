@@ -1,7 +1,8 @@
-"""What an attempt reacts to, delivered through one inbox to its runner's single loop.
+"""How an attempt ends, delivered through one inbox to its runner's single loop.
 
-The provider stream, the lease renewals and the worker each post here; only the runner's loop
-writes to the database, so token flushes never race each other or a status change.
+The provider pump, the lease renewals and the worker each post here; only the runner's loop
+writes to the database, so token flushes never race each other or a status change. The pump's
+deltas go to the attempt's coalescer instead, and the pump wakes the runner when a flush is due.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import asyncio
 from dataclasses import dataclass
 
 from worker.failure import Failure
-from worker.providers.base import TextDelta
 
 
 @dataclass(frozen=True)
@@ -42,11 +42,10 @@ class Interrupted:
 
 # How an attempt ends; the first of these to reach the runner wins.
 Ending = StreamEnded | StreamFailed | CancelRequested | LeaseLost | Interrupted
-Message = TextDelta | Ending
 
 
 class Inbox:
-    """The attempt's messages in arrival order, for its one reader.
+    """The attempt's endings in arrival order, for its one reader.
 
     A read takes every message that is waiting, and when none is, waits with at most one timer:
     an asyncio.Queue read under asyncio.timeout_at cost a timeout object and a queue hop per
@@ -54,18 +53,23 @@ class Inbox:
     """
 
     def __init__(self) -> None:
-        self._messages: list[Message] = []
+        self._messages: list[Ending] = []
         self._waiter: asyncio.Future[None] | None = None
 
-    def put_nowait(self, message: Message) -> None:
+    def put_nowait(self, message: Ending) -> None:
         self._messages.append(message)
+        self.wake()
+
+    def wake(self) -> None:
+        """End the reader's wait now, with whatever is waiting (maybe nothing): the pump tells
+        it a flush is due. Nobody waiting: nothing to do, the reader looks before it waits."""
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def take(self, deadline: float | None = None) -> list[Message]:
+    async def take(self, deadline: float | None = None) -> list[Ending]:
         """Every waiting message, oldest first; if none, the first to arrive and any sent with
-        it. An empty list: `deadline` (loop time) passed first."""
+        it. An empty list: `deadline` (loop time) passed first, or wake() was called."""
         if not self._messages:
             loop = asyncio.get_running_loop()
             waiter = self._waiter = loop.create_future()
