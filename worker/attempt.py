@@ -1,13 +1,14 @@
 """One attempt at a job: stream from the provider, persist the tokens, settle the outcome.
 
-The provider pump adds the stream's deltas to the attempt's coalescer itself, and waking the
+The provider pump adds the stream's deltas to the attempt's coalescer itself and wakes the
 runner only when a flush falls due (a delta through a queue to the runner was a task switch and
-a timer per token, at 50 tokens/s nearly every delta alone). Three sources feed one inbox with
-the attempt's endings: the pump (the stream's end or failure), the worker's lease renewals (a
-cancel request, or the lease lost; worker/lease.py) and the worker (shutdown). The runner's loop
-is the only writer: it flushes what the coalescer holds when due and, at the first ending, stops
-the pump, leaves the lease renewals and records exactly one outcome (worker/outcome.py),
-flushing first so that the log holds every token before the status changes (DESIGN.md §5).
+a timer per token, and at 50 tokens/s nearly every delta came alone). Three sources feed one
+inbox with the attempt's endings: the pump (the stream's end or failure), the worker's lease
+renewals (a cancel request, or the lease lost; worker/lease.py) and the worker (shutdown). The
+runner's loop is the only writer: it flushes what the coalescer holds when due and, at the first
+ending, stops the pump, leaves the lease renewals and records exactly one outcome
+(worker/outcome.py), flushing first so that the log holds every token before the status changes
+(DESIGN.md §5).
 """
 
 from __future__ import annotations
@@ -140,9 +141,9 @@ class AttemptRunner:
         give_up_at = loop.time() + self.held.spec.timeout_s
         try:
             while True:
-                # Woken by an ending, by the pump when a flush falls due (or the first delta
-                # after one sets when), or by the deadline: nothing pending waits for the
-                # attempt's time limit alone.
+                # Woken by an ending, by the pump when a flush falls due (or when the first delta
+                # after a flush sets its time), or by the deadline; with nothing pending, the
+                # wait is for the attempt's time limit alone.
                 due_at = coalescer.due_at
                 if coalescer.flush_due(loop.time()):
                     wait_until = 0.0  # a chunk filled while the last flush was written
