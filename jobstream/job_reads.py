@@ -5,14 +5,13 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 
 from jobstream import events
 from jobstream.db import Conn, Queryable
 from jobstream.errors import JobNotFound
-from jobstream.rows import JobRow
+from jobstream.rows import AttemptRow, JobRow
 from jobstream.sql import queries
 
 
@@ -23,8 +22,8 @@ async def get(conn: Queryable, tenant_id: str, job_id: uuid.UUID) -> JobRow:
     return JobRow.of(row)
 
 
-async def attempts(conn: Queryable, job_id: uuid.UUID) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(queries.SELECT_ATTEMPTS, job_id)]
+async def attempts(conn: Queryable, job_id: uuid.UUID) -> list[AttemptRow]:
+    return [AttemptRow.of(r) for r in await conn.fetch(queries.SELECT_ATTEMPTS, job_id)]
 
 
 async def list_jobs(
@@ -45,7 +44,7 @@ class Snapshot:
     """A job, its attempts and the current attempt's text, as of one instant."""
 
     job: JobRow
-    attempts: list[dict[str, Any]]
+    attempts: list[AttemptRow]
     text: str
 
 

@@ -1,4 +1,5 @@
-"""Typed rows: a job as the repository (jobstream/jobs.py) hands it out."""
+"""Typed rows: a job and its attempts as the repository (jobstream/jobs.py,
+jobstream/job_reads.py) hands them out."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from jobstream.types import JobStatus
+from jobstream.types import AttemptOutcome, JobStatus
 
 
 @dataclass(slots=True)
@@ -63,4 +64,33 @@ class JobRow:
             r["cancel_requested_at"], r["last_seq"], r["webhook_url"], r["estimate_usd"],
             r["reserved_usd"], r["charged_usd"], r["retry_of"], r["retried_as"], r["retain_s"],
             r["expires_at"], r["created_at"], r["started_at"], r["finished_at"], r["updated_at"],
+        )  # fmt: skip
+
+
+@dataclass(slots=True)
+class AttemptRow:
+    """A `job_attempts` row as the API shows it (queries.SELECT_ATTEMPTS): one provider call,
+    its outcome and what it cost. Read it, never set it."""
+
+    attempt: int
+    worker_id: str
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: AttemptOutcome
+    error_class: str | None
+    error_detail: str | None
+    provider: str
+    model: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cost_usd: Decimal | None
+    cost_known: bool  # false: the outcome is unknown and cost_usd is our estimate
+    cancel_confirmed: bool | None  # a cancelled attempt: did the provider confirm it stopped?
+
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> AttemptRow:
+        return cls(
+            r["attempt"], r["worker_id"], r["started_at"], r["finished_at"], r["outcome"],
+            r["error_class"], r["error_detail"], r["provider"], r["model"], r["input_tokens"],
+            r["output_tokens"], r["cost_usd"], r["cost_known"], r["cancel_confirmed"],
         )  # fmt: skip

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from jobstream.job_reads import Snapshot
-from jobstream.rows import JobRow
+from jobstream.rows import AttemptRow, JobRow
 from server.stream_tokens import StreamTokens
 
 
@@ -60,25 +60,23 @@ def summary(job: JobRow, tokens: StreamTokens) -> dict[str, Any]:
     }
 
 
-def _attempt(row: dict[str, Any]) -> dict[str, Any]:
-    cost = row["cost_usd"]
+def _attempt(row: AttemptRow) -> dict[str, Any]:
+    cost = row.cost_usd
     return {
-        "attempt": row["attempt"],
-        "outcome": row["outcome"],
-        "worker_id": row["worker_id"],
-        "started_at": _iso(row["started_at"]),
-        "finished_at": _iso(row["finished_at"]),
+        "attempt": row.attempt,
+        "outcome": row.outcome,
+        "worker_id": row.worker_id,
+        "started_at": _iso(row.started_at),
+        "finished_at": _iso(row.finished_at),
         "error": (
-            {"class": row["error_class"], "message": row["error_detail"]}
-            if row["error_class"]
-            else None
+            {"class": row.error_class, "message": row.error_detail} if row.error_class else None
         ),
-        "provider": row["provider"],
-        "model": row["model"],
-        "input_tokens": row["input_tokens"],
-        "output_tokens": row["output_tokens"],
+        "provider": row.provider,
+        "model": row.model,
+        "input_tokens": row.input_tokens,
+        "output_tokens": row.output_tokens,
         "cost": str(cost) if cost is not None else None,
-        "cost_known": row["cost_known"],
+        "cost_known": row.cost_known,
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -59,7 +60,8 @@ async def job_row(pool: asyncpg.Pool, job_id: uuid.UUID) -> Row:
 
 
 async def attempt_rows(pool: asyncpg.Pool, job_id: uuid.UUID) -> list[Row]:
-    return await job_reads.attempts(pool, job_id)
+    """The job's attempts as the API reads them, as dicts: tests compare them whole."""
+    return [dataclasses.asdict(a) for a in await job_reads.attempts(pool, job_id)]
 
 
 async def event_list(pool: asyncpg.Pool, job_id: uuid.UUID) -> list[Event]:
