@@ -42,8 +42,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
                         " requests and claims, 10,000 jobs as the large backlog")  # fmt: skip
     parser.add_argument("--repeats", type=int, help="default 3 (quick: 1)")
     parser.add_argument("--drain-jobs", type=int, help="default 20000 (quick: 2000)")
-    parser.add_argument("--drain-concurrency", type=int, default=128,
-                        help="jobstream attempts per worker process (default 128)")  # fmt: skip
+    parser.add_argument("--drain-concurrency", type=int, default=256,
+                        help="jobstream attempts per worker process (default 256)")  # fmt: skip
     parser.add_argument("--steady-s", type=float, help="default 30 (quick: 5)")
     parser.add_argument("--steady-rate", type=float, default=0,
                         help="jobs/s the producers offer in all; 0 (default): as fast as they"

@@ -20,11 +20,13 @@ completion, and for jobstream its event log and attempt records.
     start several processes at once, every consumer is up before any job can be taken:
     jobstream's provider is paused until its workers have connected, and PgQueuer's runners wait
     for a start line.
-    jobstream: `python -m worker` processes x JOBSTREAM_WORKER_CONCURRENCY=128 (a no-op job is
-    over in milliseconds: 32 slots leave a worker waiting on round trips). PgQueuer: as many
+    jobstream: `python -m worker` processes x JOBSTREAM_WORKER_CONCURRENCY=256, about what each
+    PgQueuer process below may hold in flight (5 x 50; a slot stays taken until the job's success
+    is committed, and a no-op job's life is mostly its claim and its write: 128 slots drained
+    15-20 % slower with one process, the same with two). PgQueuer: as many
     processes of bench/pgqueuer_runner.py, each shaped as its own tools/benchmark.py runs it: 5
     PgQueuer instances of one connection each, no max_concurrent_tasks, on uvloop as its `pgq
-    run` does (jobstream's worker runs on asyncio's loop); batch_size 50, not its default 10, as
+    run` does (and as jobstream's worker does); batch_size 50, not its default 10, as
     its performance guide advises for short jobs (--pgq-consumers, --pgq-batch). On this 2-core
     machine 5 x 50 and 1 x 100 drained fastest of the shapes tried, about twice 5 x 10.
     Also printed: the cluster's WAL fsyncs meanwhile, per job (pg_stat_io, PostgreSQL 18).
