@@ -9,7 +9,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -165,8 +165,14 @@ def _insert_row(ordinal: int, job_id: uuid.UUID, item: NewJob) -> dict[str, Any]
         "metadata": spec.metadata, "max_attempts": spec.max_attempts,
         "webhook_url": spec.webhook_url,
         "estimate": str(item.reserved_usd),  # exact: a JSON number would pass through a float
-        "run_at": spec.run_at, "delay_s": spec.delay_s, "retain_s": spec.retain_s,
+        "run_at": _utc(spec.run_at), "delay_s": spec.delay_s, "retain_s": spec.retain_s,
     }  # fmt: skip
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    """`moment` in UTC, as asyncpg sends a timestamptz: an RFC 3339 offset may be up to 23:59,
+    PostgreSQL's text input takes at most 15:59 (a fuzzed +19:32 was a 500)."""
+    return moment.astimezone(UTC) if moment is not None else None
 
 
 async def _create_checked(
