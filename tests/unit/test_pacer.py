@@ -1,5 +1,5 @@
-"""The simulated provider's shared sleeps (worker/providers/pacer.py): each sleeper wakes no
-earlier than it asked, at most a tick later, in the order they fall due."""
+"""The simulated provider's shared sleeps (worker/providers/pacer.py): each sleeper wakes at
+the tick nearest its time (at most half a tick early), in the order they fall due."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ async def _sleep_and_note(pacer: Pacer, seconds: float, woke: list[tuple[float, 
     woke.append((seconds, loop.time() - started))
 
 
-async def test_sleepers_wake_in_due_order_no_earlier_than_asked() -> None:
+async def test_sleepers_wake_in_due_order_at_most_half_a_tick_early() -> None:
     pacer = Pacer(TICK_S)
     woke: list[tuple[float, float]] = []
     asked = [0.04, 0.01, 0.03, 0.01, 0.02, 0.0]
@@ -27,9 +27,9 @@ async def test_sleepers_wake_in_due_order_no_earlier_than_asked() -> None:
         asyncio.gather(*(_sleep_and_note(pacer, s, woke) for s in asked)), timeout=5
     )
     assert [s for s, _ in woke] == sorted(asked)
-    # No earlier than asked (less the event loop's clock resolution).
+    # At most half a tick early (and the event loop's clock resolution).
     resolution = asyncio.get_running_loop()._clock_resolution  # type: ignore[attr-defined]
-    assert all(slept >= s - resolution for s, slept in woke)
+    assert all(slept >= s - TICK_S / 2 - resolution for s, slept in woke)
 
 
 async def test_a_cancelled_sleeper_leaves_the_others_on_time() -> None:
