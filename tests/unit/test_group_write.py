@@ -4,10 +4,27 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import TypeVar
 
 import pytest
 
 from jobstream.group_write import GroupWriter
+
+T = TypeVar("T")
+
+
+async def submit_all(
+    writer: GroupWriter[int, T], items: range, *, return_exceptions: bool = False
+) -> list[T | BaseException]:
+    """Run `writer` while every item is submitted at once; the answers, in order."""
+    task = asyncio.create_task(writer.run())
+    try:
+        async with asyncio.timeout(5):
+            return await asyncio.gather(
+                *(writer.submit(n) for n in items), return_exceptions=return_exceptions
+            )
+    finally:
+        task.cancel()
 
 
 async def test_callers_of_a_stopped_writer_are_cancelled_not_left_waiting() -> None:
@@ -37,12 +54,7 @@ async def test_answers_come_back_to_their_callers_in_order() -> None:
         return [2 * item for item in items]
 
     writer: GroupWriter[int, int] = GroupWriter("test", double, max_batch=3)
-    task = asyncio.create_task(writer.run())
-    try:
-        async with asyncio.timeout(5):
-            answers = await asyncio.gather(*(writer.submit(n) for n in range(7)))
-    finally:
-        task.cancel()
+    answers = await submit_all(writer, range(7))
     assert answers == [2 * n for n in range(7)]
     assert all(len(batch) <= 3 for batch in batches) and len(batches) < 7
 
@@ -55,14 +67,7 @@ async def test_a_refused_batch_is_written_item_by_item(size: int) -> None:
         return list(items)
 
     writer: GroupWriter[int, int] = GroupWriter("test", refuse_odd, max_batch=size)
-    task = asyncio.create_task(writer.run())
-    try:
-        async with asyncio.timeout(5):
-            outcomes = await asyncio.gather(
-                *(writer.submit(n) for n in range(4)), return_exceptions=True
-            )
-    finally:
-        task.cancel()
+    outcomes = await submit_all(writer, range(4), return_exceptions=True)
     assert outcomes[0] == 0 and outcomes[2] == 2
     assert isinstance(outcomes[1], ValueError) and isinstance(outcomes[3], ValueError)
 
@@ -72,10 +77,5 @@ async def test_an_answer_that_is_an_exception_is_returned_not_raised() -> None:
         return [ValueError(f"refused {item}") for item in items]
 
     writer: GroupWriter[int, ValueError] = GroupWriter("test", refuse_as_answers, max_batch=4)
-    task = asyncio.create_task(writer.run())
-    try:
-        async with asyncio.timeout(5):
-            answers = await asyncio.gather(*(writer.submit(n) for n in range(3)))
-    finally:
-        task.cancel()
+    answers = await submit_all(writer, range(3))
     assert [str(answer) for answer in answers] == ["refused 0", "refused 1", "refused 2"]
