@@ -19,7 +19,7 @@ import uvloop
 
 from jobstream import logs
 from jobstream.settings import Settings
-from worker.providers.base import Provider, ProviderRequest, StreamItem, TextDelta
+from worker.providers.base import Prompt, Provider, ProviderRequest, StreamItem, TextDelta
 from worker.providers.simulated import SimulatedProvider
 from worker.worker import Worker
 
@@ -37,7 +37,7 @@ class TimedProvider:
                 self._sent.append((request.prompt, item.text, time.monotonic()))
             yield item
 
-    def estimate_cost(self, request: ProviderRequest, output_tokens: int) -> Decimal:
+    def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
         return self._inner.estimate_cost(request, output_tokens)
 
 

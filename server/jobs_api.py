@@ -24,7 +24,6 @@ from server.problems import Problem, not_found
 from server.responses import json_response
 from server.simulated_rules import SimulatedRules
 from server.state import AppState, state
-from worker.providers.base import ProviderRequest
 
 log = structlog.get_logger(__name__)
 
@@ -143,11 +142,7 @@ def reservation(request: Request, spec: JobSpec) -> Decimal:
             422, "validation", "Invalid request", f"Provider {spec.provider!r} is not configured.",
             errors=[{"field": "provider", "message": "is not configured on this server"}],
         )  # fmt: skip
-    request_view = ProviderRequest(
-        prompt=spec.prompt, model=spec.model, max_tokens=spec.max_tokens, attempt=1,
-        simulate=spec.simulate, messages=spec.messages, instructions=spec.instructions,
-    )  # fmt: skip
-    return provider.estimate_cost(request_view, spec.max_tokens)
+    return provider.estimate_cost(spec, spec.max_tokens)
 
 
 async def get_job(request: Request) -> Response:

@@ -29,7 +29,7 @@ from tests.support.workers import (
     wait_for_status,
     wait_idle,
 )
-from worker.providers.base import ProviderRequest, StreamItem, TextDelta
+from worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
 from worker.retry import Backoff
 
 PRICE = Decimal("0.000002")  # the simulator's default price per output token
@@ -271,7 +271,7 @@ class NulProvider:
         for text in ("a\x00", "b"):
             yield TextDelta(text)
 
-    def estimate_cost(self, request: ProviderRequest, output_tokens: int) -> Decimal:
+    def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
         return Decimal(0)
 
 

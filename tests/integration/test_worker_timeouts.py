@@ -11,7 +11,7 @@ import asyncpg
 
 from jobstream.settings import Settings
 from tests.support.workers import attempt_rows, create_job, running_worker, wait_for_status
-from worker.providers.base import ProviderRequest, StreamItem
+from worker.providers.base import Prompt, ProviderRequest, StreamItem
 
 
 class HangingProvider:
@@ -28,7 +28,7 @@ class HangingProvider:
         never: asyncio.Future[StreamItem] = asyncio.get_running_loop().create_future()
         yield await never
 
-    def estimate_cost(self, request: ProviderRequest, output_tokens: int) -> Decimal:
+    def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
         return Decimal("0.01")
 
 

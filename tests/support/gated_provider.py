@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from decimal import Decimal
 
 from jobstream.usage import Usage
-from worker.providers.base import ProviderRequest, StreamItem, TextDelta
+from worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
 
 
 class GatedProvider:
@@ -44,5 +44,5 @@ class GatedProvider:
             input_tokens=1, output_tokens=total, cost_usd=self.estimate_cost(request, total)
         )
 
-    def estimate_cost(self, request: ProviderRequest, output_tokens: int) -> Decimal:
+    def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
         return Decimal("0.001") * output_tokens

@@ -29,6 +29,18 @@ class SendMark:
         self.sent = True
 
 
+class Prompt(Protocol):
+    """What a price estimate reads of a request: the ProviderRequest of an attempt, or the
+    JobSpec of a create (no ProviderRequest built for each item of a batch of 1,000)."""
+
+    @property
+    def prompt(self) -> str: ...
+    @property
+    def messages(self) -> list[Message] | None: ...
+    @property
+    def instructions(self) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class ProviderRequest:
     prompt: str
@@ -67,7 +79,7 @@ class Provider(Protocol):
         """
         ...
 
-    def estimate_cost(self, request: ProviderRequest, output_tokens: int) -> Decimal:
+    def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
         """Our price estimate: the reservation at create time, and the cost of an attempt
         whose outcome is unknown."""
         ...

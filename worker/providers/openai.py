@@ -21,10 +21,11 @@ import orjson
 import structlog
 
 from jobstream.errors import ProviderError
+from jobstream.jobspec import chat
 from jobstream.settings import Settings
 from jobstream.usage import Usage
 from worker.providers import classify
-from worker.providers.base import ProviderRequest, SendMark, StreamItem, TextDelta
+from worker.providers.base import Prompt, ProviderRequest, SendMark, StreamItem, TextDelta
 
 log = structlog.get_logger(__name__)
 
@@ -40,8 +41,9 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
-def _input_tokens(request: ProviderRequest) -> int:
-    return estimate_tokens("".join(message["content"] for message in request.chat()))
+def _input_tokens(request: Prompt) -> int:
+    conversation = chat(request.prompt, request.messages, request.instructions)
+    return estimate_tokens("".join(message["content"] for message in conversation))
 
 
 class _SendTrace:
@@ -126,7 +128,7 @@ class OpenAIProvider:
     def cost(self, input_tokens: int, output_tokens: int) -> Decimal:
         return (input_tokens * self._input_price + output_tokens * self._output_price) / _MILLION
 
-    def estimate_cost(self, request: ProviderRequest, output_tokens: int) -> Decimal:
+    def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
         return self.cost(_input_tokens(request), output_tokens)
 
     async def stream(self, request: ProviderRequest) -> AsyncGenerator[StreamItem, None]:

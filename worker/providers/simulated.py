@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, TypeVar, cast, get_args
 
 from jobstream.errors import ProviderError
 from jobstream.usage import Usage
-from worker.providers.base import ProviderRequest, StreamItem, TextDelta
+from worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
 from worker.providers.pacer import Pacer
 
 FaultKind = Literal["transient", "rate_limited", "permanent", "timeout", "drop"]
@@ -102,7 +102,7 @@ class Simulation:
             first_token_delay_s=_number(
                 raw, "first_token_delay_s", DEFAULT_FIRST_TOKEN_DELAY_S, float
             ),
-            faults=tuple(_fault(f) for f in faults),
+            faults=tuple(map(_fault, faults)),
         )
 
     @property
@@ -119,8 +119,9 @@ class Simulation:
 
 def _number(raw: Mapping[str, Any], key: str, default: Num, kind: type[Num]) -> Num:
     value = raw.get(key, default)
-    # bool is an int to Python, but `"tokens": true` is a mistake, not a count.
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    # bool is an int to Python, but `"tokens": true` is a mistake, not a count. A tuple, not
+    # `int | float`: that builds a union each call (parsed once per job a batch create checks).
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidSimulation(f"simulate.{key} must be a number")
     if kind is int and value != int(value):
         raise InvalidSimulation(f"simulate.{key} must be a whole number")
@@ -238,5 +239,5 @@ class SimulatedProvider:
         # At 0 tokens/s still yield to the loop, so that a cancel can land between tokens.
         await (self._sleep(seconds) if seconds > 0 else asyncio.sleep(0))
 
-    def estimate_cost(self, request: ProviderRequest, output_tokens: int) -> Decimal:
+    def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
         return self._price_per_token * output_tokens
