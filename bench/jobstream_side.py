@@ -10,6 +10,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import orjson
 
 from bench import queue_common as common
 from bench.server_process import server_process
@@ -24,6 +25,7 @@ SIMULATE = {"tokens": 1, "tokens_per_second": 0, "first_token_delay_s": 0}
 SPEC = JobSpec(prompt="x", provider=PROVIDER, max_tokens=1, simulate=SIMULATE)
 BODY: dict[str, Any] = {"prompt": "x", "provider": PROVIDER, "max_tokens": 1, "simulate": SIMULATE}
 BATCH_PATH = "/api/jobs/batch"
+JSON_HEADERS = {"content-type": "application/json"}
 
 
 async def prepare(admin_url: str) -> str:
@@ -57,10 +59,14 @@ async def probe_batch(admin_url: str) -> bool:
 
 async def post_batch(client: httpx.AsyncClient, size: int) -> int:
     jobs_ = [{**BODY, "idempotency_key": f"bench-{uuid.uuid4()}"} for _ in range(size)]
-    response = await client.post(BATCH_PATH, json={"jobs": jobs_})
+    # orjson, not httpx's json= (the standard library's json): the figure is the server's, and
+    # encoding 1,000 jobs and decoding their 400 KB of answers took the client 8 ms a batch.
+    response = await client.post(
+        BATCH_PATH, content=orjson.dumps({"jobs": jobs_}), headers=JSON_HEADERS
+    )
     if response.status_code != 200:
         raise RuntimeError(f"{BATCH_PATH}: {response.status_code} {response.text[:300]}")
-    results = response.json()["results"]
+    results = orjson.loads(response.content)["results"]
     # An item can be refused on its own while the batch answers 200.
     if refused := [r for r in results if "id" not in r]:
         raise RuntimeError(f"{BATCH_PATH}: {len(refused)} items refused, e.g. {refused[0]}")

@@ -49,7 +49,9 @@ async def create_batch(request: Request) -> Response:
             valid.append((i, _new_job(request, app.settings, rules, item)))
         except Problem as problem:
             answers[i] = problem.body()
-    outcomes = await jobs.create_many(app.pool, tenant, [new for _, new in valid], clock=app.clock)
+    outcomes = await jobs.create_many(
+        app.pool, tenant, [new for _, new in valid], clock=app.clock, announce=app.notices.announce
+    )
     created = 0
     for (i, _), outcome in zip(valid, outcomes, strict=True):
         if isinstance(outcome, jobs.Created):
