@@ -17,6 +17,14 @@ UNFINISHED = """
 SELECT (SELECT count(*) FROM jobs WHERE status = 'queued')
      + (SELECT count(*) FROM jobs WHERE status IN ('running', 'cancelling'))
 """
+# Whether the drain still has work (1) or not (0), polled every POLL_S while workers drain: two
+# probes that stop at the first live index entry. UNFINISHED visited the heap row of every
+# unfinished job, 20 ms a poll with 20,000 queued, a tenth of a core taken from the workers,
+# where PgQueuer's side counts the rows of its narrow queue table.
+DRAINING = """
+SELECT (EXISTS (SELECT 1 FROM jobs WHERE status = 'queued')
+        OR EXISTS (SELECT 1 FROM jobs WHERE status IN ('running', 'cancelling')))::int
+"""
 
 
 def _worker_env(url: str, concurrency: int) -> dict[str, str]:
@@ -62,7 +70,7 @@ async def drain(
         await conn.execute(queries.NOTIFY_RUNNABLE, [side.PROVIDER])
 
         async def unfinished() -> int:
-            left: int = await conn.fetchval(UNFINISHED)
+            left: int = await conn.fetchval(DRAINING)
             return left
 
         await common.poll_until_zero(unfinished, "jobstream drain", timeout_s=900, alive=alive)
