@@ -76,7 +76,7 @@ async def _measure_statement(
 def _insert_args(n: int) -> Callable[[], Awaitable[list[Any]]]:
     async def args() -> list[Any]:
         items = [NewJob(SPEC, f"k-{uuid.uuid4()}") for _ in range(n)]
-        ids = [uuid.uuid4() for _ in items]
+        ids = [str(uuid.uuid4()) for _ in items]
         return jobs.insert_args(ids, "default", items, None)
 
     return args

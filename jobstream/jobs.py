@@ -107,7 +107,7 @@ async def create_many(
         if not rows:
             raise JobstreamError(f"tenant {tenant_id!r} does not exist")
         if rows[0]["go"]:
-            inserted = {r["id"]: r for r in rows if r["id"] is not None}
+            inserted = {str(r["id"]): r for r in rows if r["id"] is not None}
             refused: dict[int, Refusal] = {}
         else:
             async with conn.transaction():
@@ -134,15 +134,26 @@ async def create_many(
     ]
 
 
-def _new_ids(count: int) -> list[uuid.UUID]:
-    """`count` random (version 4) UUIDs from one read of the system's randomness: what
-    uuid.uuid4() makes, without its system call for each one."""
-    raw = os.urandom(16 * count)
-    return [uuid.UUID(bytes=raw[i : i + 16], version=4) for i in range(0, 16 * count, 16)]
+def _new_ids(count: int) -> list[str]:
+    """`count` random (version 4) UUIDs, as text, from one read of the system's randomness.
+
+    Text, not uuid.UUID: building a uuid.UUID takes 2.5 us and its str() 2.5 more, 5 us of the
+    server's time for each job of a batch. The database parses the text, and the ids it hands
+    back (asyncpg's own UUID type, whose str() takes 0.2 us) are matched by their text."""
+    raw = bytearray(os.urandom(16 * count))
+    for at in range(0, 16 * count, 16):
+        raw[at + 6] = raw[at + 6] & 0x0F | 0x40  # version 4
+        raw[at + 8] = raw[at + 8] & 0x3F | 0x80  # the RFC 4122 variant
+    h = raw.hex()
+    return [
+        f"{h[i : i + 8]}-{h[i + 8 : i + 12]}-{h[i + 12 : i + 16]}-{h[i + 16 : i + 20]}-"
+        f"{h[i + 20 : i + 32]}"
+        for i in range(0, 32 * count, 32)
+    ]
 
 
 def insert_args(
-    ids: Sequence[uuid.UUID],
+    ids: Sequence[str],
     tenant_id: str,
     items: Sequence[NewJob],
     now: datetime | None,
@@ -156,7 +167,7 @@ def insert_args(
     return [rows, tenant_id, now, not locked]
 
 
-def _insert_row(ordinal: int, job_id: uuid.UUID, item: NewJob) -> dict[str, Any]:
+def _insert_row(ordinal: int, job_id: str, item: NewJob) -> dict[str, Any]:
     """One element of INSERT_JOBS' $1, its fields named as the statement's recordset names them."""
     spec = item.spec
     return {
@@ -178,10 +189,10 @@ def _utc(moment: datetime | None) -> datetime | None:
 async def _create_checked(
     conn: Conn,
     tenant_id: str,
-    ids: list[uuid.UUID],
+    ids: list[str],
     items: Sequence[NewJob],
     now: datetime | None,
-) -> tuple[dict[uuid.UUID, asyncpg.Record], dict[int, Refusal]]:
+) -> tuple[dict[str, asyncpg.Record], dict[int, Refusal]]:
     """The locked path: the tenant's budget and create rate, checked item by item in order."""
     tenant = await conn.fetchrow(queries.TENANT_FOR_CREATE, tenant_id)
     assert tenant is not None  # INSERT_JOBS found it
@@ -233,13 +244,13 @@ async def _create_checked(
     rows = await conn.fetch(
         queries.INSERT_JOBS, *insert_args(chosen_ids, tenant_id, chosen, now, locked=True)
     )
-    return {r["id"]: r for r in rows if r["id"] is not None}, refused
+    return {str(r["id"]): r for r in rows if r["id"] is not None}, refused
 
 
 def _outcome(
     item: NewJob,
-    job_id: uuid.UUID,
-    inserted: dict[uuid.UUID, asyncpg.Record],
+    job_id: str,
+    inserted: dict[str, asyncpg.Record],
     refusal: Refusal | None,
     existing: dict[str, asyncpg.Record],
 ) -> Created | Refusal:
