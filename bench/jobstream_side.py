@@ -78,6 +78,15 @@ async def create(pool: asyncpg.Pool) -> int:
     return 1
 
 
+async def create_many(pool: asyncpg.Pool, count: int) -> int:
+    """`count` jobs in one call, as PgQueuer's side enqueues a batch."""
+    items = [jobs.NewJob(SPEC, f"bench-{uuid.uuid4()}") for _ in range(count)]
+    made = await jobs.create_many(pool, TENANT, items)
+    if refused := [m for m in made if not isinstance(m, jobs.Created)]:
+        raise RuntimeError(f"jobs.create_many: {len(refused)} refused, e.g. {refused[0]!r}")
+    return count
+
+
 async def fill(url: str, count: int, *, batch_api: bool) -> None:
     """Untimed set-up: `count` queued jobs through the API's own create path."""
     if batch_api:

@@ -138,9 +138,7 @@ async def steady(
         else:
 
             async def create_batch(_producer: int) -> int:
-                for _ in range(batch):
-                    await side.create(pool)
-                return batch
+                return await side.create_many(pool, batch)
 
             start, end = await common.produce_during(
                 create_batch, producers=producers, rate=rate, warmup_s=warmup_s,

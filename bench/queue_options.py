@@ -20,6 +20,7 @@ class Options:
     steady_rate: float
     producers: int
     producer_batch: int
+    steady_via: str
     consumers: int
     enqueue_requests: int
     enqueue_callers: int
@@ -50,6 +51,10 @@ def parse_args(argv: list[str] | None = None) -> Options:
                         " can")  # fmt: skip
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--producer-batch", type=int, default=100)
+    parser.add_argument("--steady-via", choices=("library", "http"), default="library",
+                        help="how jobstream's steady-state producers create: jobs.create_many,"
+                        " like PgQueuer's Queries.enqueue (default), or POST /api/jobs/batch"
+                        " through a server process on the same machine")  # fmt: skip
     parser.add_argument("--steady-consumers", type=int, default=1,
                         help="consumer processes in the steady state, each side")  # fmt: skip
     parser.add_argument("--enqueue-requests", type=int,
@@ -86,6 +91,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         steady_rate=args.steady_rate,
         producers=args.producers,
         producer_batch=args.producer_batch,
+        steady_via=args.steady_via,
         consumers=args.steady_consumers,
         enqueue_requests=int(pick(args.enqueue_requests, 1000, 300)),
         enqueue_callers=args.enqueue_callers,
