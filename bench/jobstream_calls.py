@@ -108,13 +108,18 @@ def claimer(max_jobs: int) -> tuple[str, Claim]:
     """The worker's claim of up to `max_jobs` jobs: claim_batch where this checkout has it,
     else as many claim() calls in a row (what a worker filling `max_jobs` slots does today)."""
     clock = DatabaseClock()
+    # What a worker with the default settings claims for: both providers, openai limited to 16
+    # running attempts, so that each claim also probes for runnable openai jobs (LOCK_PROVIDERS),
+    # as the worker's own claims do. Claiming for the simulated provider alone, this probe went
+    # unmeasured while it read the whole backlog.
+    providers = [side.PROVIDER, "openai"]
     limits = {"openai": 16}
     batch = getattr(claims, "claim_batch", None)
     if batch is not None:
 
         async def claim_many(pool: asyncpg.Pool) -> list[uuid.UUID]:
             held = await batch(
-                pool, providers=[side.PROVIDER], worker_id="bench", lease_s=30, clock=clock,
+                pool, providers=providers, worker_id="bench", lease_s=30, clock=clock,
                 limits=limits, max_jobs=max_jobs,
             )  # fmt: skip
             return [h.job_id for h in held]
@@ -125,7 +130,7 @@ def claimer(max_jobs: int) -> tuple[str, Claim]:
         ids = []
         for _ in range(max_jobs):
             held = await claims.claim(
-                pool, providers=[side.PROVIDER], worker_id="bench", lease_s=30, clock=clock,
+                pool, providers=providers, worker_id="bench", lease_s=30, clock=clock,
                 limits=limits,
             )  # fmt: skip
             if held is None:

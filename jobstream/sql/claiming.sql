@@ -16,16 +16,22 @@
 --   statement: it is in CLAIM_JOBS, whose snapshot (READ COMMITTED) is taken after this lock was
 --   granted and so sees every claim committed before it.
 -- - Only providers with a runnable job are locked, so idle polls and claims for other providers
---   do not queue behind each other. The EXISTS is one probe of jobs_queued_provider_idx.
+--   do not queue behind each other. The probe is one descent of jobs_queued_provider_idx, made
+--   so by its ORDER BY: written as an EXISTS, the planner took the provider for a join filter
+--   (it cannot know the array's values, and the statistics said every queued job was of one
+--   provider), read every runnable job's index entry and kept none: 10.8 ms a claim with
+--   80,000 jobs of another provider queued, 0.1-0.5 ms with the ORDER BY.
 -- - An upsert, so the row exists without a set-up step; DO UPDATE (not DO NOTHING) because only
 --   it locks a row that already exists (the update leaves the row as it was). Rows are locked in
 --   name order, so two claims never wait for each other in a cycle.
 INSERT INTO provider_state AS p (provider)
 SELECT l.provider
   FROM unnest($1::text[]) AS l (provider)
- WHERE EXISTS (SELECT 1 FROM jobs j
-                WHERE j.status = 'queued' AND j.provider = l.provider
-                  AND j.run_after <= coalesce($2::timestamptz, statement_timestamp()))
+ CROSS JOIN LATERAL (SELECT FROM jobs j
+                      WHERE j.status = 'queued' AND j.provider = l.provider
+                        AND j.run_after <= coalesce($2::timestamptz, statement_timestamp())
+                      ORDER BY j.provider, j.run_after
+                      LIMIT 1) AS runnable
  ORDER BY l.provider
 ON CONFLICT (provider) DO UPDATE SET paused_until = p.paused_until
 RETURNING provider
