@@ -11,6 +11,7 @@ from jobstream import db
 from jobstream.embedded_pg import EmbeddedPostgres
 from jobstream.settings import Settings
 from tests.support import database
+from tests.support.database import DatabaseSupply
 
 
 @pytest.fixture(scope="session")
@@ -30,9 +31,17 @@ async def template_ready(admin_url: str) -> None:
     await database.create_template(admin_url)
 
 
+@pytest.fixture(scope="session")
+async def database_supply(admin_url: str, template_ready: None) -> AsyncIterator[DatabaseSupply]:
+    supply = database.DatabaseSupply(admin_url)
+    yield supply
+    await supply.close()
+
+
 @pytest.fixture
-async def database_url(admin_url: str, template_ready: None) -> AsyncIterator[str]:
-    url = await database.create_test_database(admin_url)
+async def database_url(admin_url: str, database_supply: DatabaseSupply) -> AsyncIterator[str]:
+    """A fresh database from the template, dropped after the test."""
+    url = await database_supply.take()
     yield url
     await database.drop_test_database(admin_url, url)
 

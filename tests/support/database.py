@@ -5,6 +5,7 @@ With DATABASE_URL set the suite uses that server instead (it must allow CREATE D
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 import uuid
@@ -79,3 +80,47 @@ async def drop_test_database(admin_url: str, url: str) -> None:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
+
+
+class DatabaseSupply:
+    """Fresh databases from the template, one made ahead while the current test runs.
+
+    Copying the template costs about 0.3 s of PostgreSQL's time, most of an integration test's
+    set-up, and a test spends most of its own time waiting: the copy for the next test is made
+    meanwhile, on the suite's event loop. Each test still gets a database nobody has used.
+    When a copy made ahead fails (a test had stopped PostgreSQL), the next `take` makes one
+    itself and fails as it would have without the supply.
+    """
+
+    def __init__(self, admin_url: str, *, ahead: int = 1) -> None:
+        self._admin_url = admin_url
+        self._ahead = ahead
+        self._ready: list[str] = []
+        self._filling: asyncio.Task[None] | None = None
+
+    async def take(self) -> str:
+        if not self._ready:
+            filling = self._fill()
+            await asyncio.shield(filling)  # raises what making the database raised
+        url = self._ready.pop(0)
+        self._fill()
+        return url
+
+    def _fill(self) -> asyncio.Task[None]:
+        """The running fill, or a new one if none runs (a failed one is dropped)."""
+        if self._filling is None or self._filling.done():
+            if self._filling is not None and not self._filling.cancelled():
+                self._filling.exception()  # retrieved: the next take tries again
+            self._filling = asyncio.create_task(self._make(), name="test-database-supply")
+        return self._filling
+
+    async def _make(self) -> None:
+        while len(self._ready) < self._ahead:
+            self._ready.append(await create_test_database(self._admin_url))
+
+    async def close(self) -> None:
+        if self._filling is not None:
+            await asyncio.gather(self._filling, return_exceptions=True)
+        for url in self._ready:
+            await drop_test_database(self._admin_url, url)
+        self._ready.clear()
