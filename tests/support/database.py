@@ -67,7 +67,10 @@ async def create_test_database(admin_url: str, *, template: str = TEMPLATE) -> s
     name = f"test_{uuid.uuid4().hex[:12]}"
     conn = await asyncpg.connect(admin_url)
     try:
-        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        # FILE_COPY: the template's files copied whole, then a checkpoint (cheap: fsync is off in
+        # the suite's cluster). PostgreSQL's default, WAL_LOG, writes all 8 MB of them to the WAL,
+        # block by block: 0.05-0.2 s of CPU a database against 0.025 s.
+        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY FILE_COPY')
     finally:
         await conn.close()
     return with_database(admin_url, name)
