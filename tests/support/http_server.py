@@ -14,6 +14,32 @@ from starlette.types import ASGIApp
 from server.shutdown import DrainingServer
 
 
+class _PromptServer(DrainingServer):
+    """Begins to stop as soon as `stop()` is called, not at uvicorn's next 0.1 s tick (about
+    50 ms saved for each of the suite's few hundred servers); what it does then is unchanged."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        self.should_exit = True
+        self._stop.set()
+
+    async def main_loop(self) -> None:
+        # uvicorn's own loop, with its sleep made interruptible: a tick every 0.1 s.
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            try:
+                async with asyncio.timeout(0.1):
+                    await self._stop.wait()
+            except TimeoutError:
+                pass
+            should_exit = await self.on_tick(counter)
+
+
 @asynccontextmanager
 async def serve(
     app: ASGIApp, *, startup_timeout_s: float = 30, **options: Any
@@ -28,7 +54,7 @@ async def serve(
         app, log_config=None, lifespan="on", timeout_graceful_shutdown=2, **options
     )
     # Tells an app from create_app that it is stopping, so its open streams end at once.
-    server = DrainingServer(config)
+    server = _PromptServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
     try:
         async with asyncio.timeout(startup_timeout_s):
@@ -39,6 +65,6 @@ async def serve(
                 await asyncio.sleep(0.01)
         yield f"http://127.0.0.1:{port}"
     finally:
-        server.should_exit = True
+        server.stop()
         await asyncio.wait_for(task, timeout=15)
         sock.close()
