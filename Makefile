@@ -6,9 +6,14 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention browser fuzz chaos
 
+## Installs with uv, itself installed by pip into the venv: from a fresh clone, 17 s against
+## pip's 63 s here, a sixth of make test's five minutes. pip does it if uv cannot be had.
+PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+UV     := $(BIN)/uv pip install --quiet --python $(BIN)/python
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	($(PIP) uv && $(UV) -e '.[dev]') || $(PIP) -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -75,7 +80,7 @@ bench-retention: $(STAMP)
 ## jobstream's queue against PgQueuer 1.6.0, side by side (about 20 minutes; BENCH_ARGS=--quick
 ## for a smoke run). Installs the `bench` extra into the venv first.
 bench-queue: $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	$(UV) -e '.[dev,bench]' || $(PIP) -e '.[dev,bench]'
 	$(BIN)/python -m bench.queue_side_by_side $(BENCH_ARGS)
 
 clean:
