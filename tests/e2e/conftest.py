@@ -18,6 +18,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
 from jobstream.embedded_pg import EmbeddedPostgres, free_port
+from tests.support.http_server import http_client
 from tests.support.polling import eventually
 from tests.support.processes import REPO_ROOT, ManagedProcess, Processes, processes
 
@@ -59,7 +60,7 @@ class Stack:
             "JOBSTREAM_SHUTDOWN_GRACE_S": "1",
             "JOBSTREAM_LOG_JSON": "true",
         }
-        self.http = httpx.AsyncClient(base_url=self.base_url, timeout=10)
+        self.http = http_client(self.base_url, timeout=10)
         self.server: ManagedProcess | None = None
         self.worker: ManagedProcess | None = None
         self._servers_started = 0

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 
 from jobstream.embedded_pg import EmbeddedPostgres, free_port
+from tests.support.http_server import http_client
 from tests.support.polling import eventually
 from tests.support.processes import Processes
 
@@ -32,7 +33,7 @@ async def test_server_and_worker_wait_for_a_late_database(process_group: Process
                 assert line["level"] == "warning" and "attempt" in line
             await asyncio.to_thread(postgres.start)
             url = f"http://127.0.0.1:{port}"
-            async with httpx.AsyncClient(base_url=url, timeout=5) as client:
+            async with http_client(base_url=url, timeout=5) as client:
 
                 async def ready() -> int:
                     try:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import httpx
-
 from server.openapi import DOCUMENT
 from tests.support.fuzzing import run_schemathesis, target
+from tests.support.http_server import http_client
 from tests.support.processes import Processes
 
 # Cases per operation in the fuzzing phase: with the examples and stateful phases, about 350.
@@ -30,7 +29,7 @@ async def test_no_fuzzed_request_gets_a_5xx_or_an_undocumented_answer(
 ) -> None:
     seed = os.environ.get("JOBSTREAM_FUZZ_SEED")
     async with target(process_group, database_url) as api:
-        async with httpx.AsyncClient(base_url=api.base_url) as client:
+        async with http_client(base_url=api.base_url) as client:
             served = await client.get("/openapi.json")
         assert served.status_code == 200
         assert served.headers["content-type"] == "application/json"

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import asyncpg
-import httpx
 import orjson
 import pytest
 
 from jobstream.embedded_pg import free_port
+from tests.support.http_server import http_client
 from tests.support.polling import eventually
 from tests.support.processes import REPO_ROOT
 
@@ -217,7 +217,7 @@ async def test_a_second_ctrl_c_hands_running_jobs_back_at_once(
     runs.append(run)
     facts = await run.ready()
     simulate = {"tokens": 10_000, "tokens_per_second": 20, "first_token_delay_s": 0}
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{run.port}", timeout=5) as http:
+    async with http_client(base_url=f"http://127.0.0.1:{run.port}", timeout=5) as http:
         job = (await http.post("/api/jobs", json={"prompt": "x", "simulate": simulate})).json()
 
         async def status() -> str:

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobstream.embedded_pg import free_port
 from tests.support.fake_openai import FakeOpenAI, Reply, RequestRecord, expected_text
+from tests.support.http_server import http_client
 from tests.support.openai_jobs import (
     INPUT_USD_PER_MTOK,
     KEY,
@@ -85,7 +86,7 @@ async def start_fleet(
     ]
     server = group.spawn("server", env, name="server")
     await server.wait_for_log("server_ready", timeout_s=30)
-    return Fleet(server, spawned, httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}"))
+    return Fleet(server, spawned, http_client(base_url=f"http://127.0.0.1:{port}"))
 
 
 async def wait_until_finished(pool: asyncpg.Pool, count: int, *, timeout_s: float) -> None:

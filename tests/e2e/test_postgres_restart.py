@@ -17,6 +17,7 @@ from jobstream import db, events
 from jobstream.embedded_pg import EmbeddedPostgres
 from jobstream.follower import Follower
 from tests.e2e.conftest import Stack
+from tests.support.http_server import http_client
 from tests.support.polling import eventually
 from tests.support.sse_client import reassemble
 
@@ -47,7 +48,7 @@ async def test_jobs_and_streams_survive_a_postgres_crash_restart(
         await stack.create_job({"prompt": f"job {i}", "max_tokens": TOKENS, "simulate": simulate})
         for i in range(3)
     ]
-    async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as client:
+    async with http_client(base_url=stack.base_url, timeout=10) as client:
         started = [asyncio.Event() for _ in jobs]
         readers = [
             asyncio.create_task(follow(client, job["id"], seen))

@@ -18,6 +18,7 @@ import pytest
 
 from jobstream.embedded_pg import free_port
 from server import connections
+from tests.support.http_server import http_client
 from tests.support.polling import eventually
 from tests.support.processes import ManagedProcess, Processes
 
@@ -31,7 +32,7 @@ Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 async def status_of(url: str) -> int | None:
     """GET on a connection of its own; None when the server drops it."""
     try:
-        async with httpx.AsyncClient(timeout=5) as client:
+        async with http_client(timeout=5) as client:
             return (await client.get(url)).status_code
     except httpx.TransportError:
         return None

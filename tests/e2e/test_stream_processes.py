@@ -22,7 +22,7 @@ from jobstream.settings import Settings
 from server.app import create_app
 from tests.e2e.conftest import Stack
 from tests.support import attempt_driver as drive
-from tests.support.http_server import serve
+from tests.support.http_server import http_client, serve
 from tests.support.polling import eventually
 from tests.support.processes import ManagedProcess, Processes
 from tests.support.sse_client import read_stream, reassemble
@@ -86,7 +86,7 @@ def worker_env(database_url: str, name: str) -> dict[str, str]:
 async def test_readers_see_a_reset_and_the_right_text_after_kill_9_of_the_worker(
     process_group: Processes, database_url: str, settings: Settings, pool: asyncpg.Pool
 ) -> None:
-    async with serve(create_app(settings)) as url, httpx.AsyncClient(base_url=url) as client:
+    async with serve(create_app(settings)) as url, http_client(base_url=url) as client:
         job = (await client.post("/api/jobs", json=count_job(120, 60))).json()
         readers = [Reader(client, job["id"]) for _ in range(3)]
         first = process_group.spawn("worker", worker_env(database_url, "first"), name="first")
@@ -112,7 +112,7 @@ async def test_readers_resume_from_their_cursor_when_the_server_is_killed(
     stack: Stack, pool: asyncpg.Pool
 ) -> None:
     job = await stack.create_job(count_job(150, 50))
-    async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as client:
+    async with http_client(base_url=stack.base_url, timeout=10) as client:
         readers = [Reader(client, job["id"]) for _ in range(3)]
         cli = await asyncio.create_subprocess_exec(
             JOBSTREAM_CLI, "follow", job["id"], "--url", stack.base_url,
@@ -146,7 +146,7 @@ async def test_sigterm_ends_open_streams_and_the_server_exits_promptly(
 ) -> None:
     job = await stack.create_job(count_job(400, 20))  # far longer than this test
     assert stack.server is not None
-    async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as client:
+    async with http_client(base_url=stack.base_url, timeout=10) as client:
         tokens = [asyncio.Event() for _ in range(5)]
         streams = [
             asyncio.create_task(read_stream(client, job["events_url"], on_event=first_token(seen)))
@@ -168,7 +168,7 @@ async def test_a_reader_moved_between_two_servers_resumes_exactly(
 ) -> None:
     servers = [await start_server(process_group, database_url, f"server-{n}") for n in "ab"]
     rng = random.Random()
-    clients = [httpx.AsyncClient(base_url=url, timeout=10) for url in servers]
+    clients = [http_client(base_url=url, timeout=10) for url in servers]
     try:
         job = (await clients[0].post("/api/jobs", json={"prompt": "p"})).json()
         producer = asyncio.create_task(produce(pool, 200))
@@ -216,7 +216,7 @@ async def start_server(group: Processes, database_url: str, name: str) -> str:
     url = f"http://127.0.0.1:{port}"
 
     async def healthz() -> int:
-        async with httpx.AsyncClient() as client:
+        async with http_client() as client:
             try:
                 return (await client.get(url + "/healthz")).status_code
             except httpx.TransportError:

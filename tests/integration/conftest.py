@@ -14,7 +14,7 @@ from jobstream import db
 from jobstream.settings import Settings
 from server.app import create_app
 from tests.support.fake_openai import FakeOpenAI
-from tests.support.http_server import serve
+from tests.support.http_server import http_client, serve
 from tests.support.openai_jobs import KEY
 from tests.support.provider_streams import FIRST_TOKEN_TIMEOUT_S, IDLE_TIMEOUT_S
 from tests.support.webhook_outbox import SECRET
@@ -29,7 +29,7 @@ async def base_url(settings: Settings) -> AsyncIterator[str]:
 
 @pytest.fixture
 async def client(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+    async with http_client(base_url, timeout=30) as http:
         yield http
 
 

@@ -18,7 +18,7 @@ from server.app import create_app
 from server.hub import Hub
 from server.stream_tokens import StreamTokens
 from tests.support import attempt_driver as drive
-from tests.support.http_server import serve
+from tests.support.http_server import http_client, serve
 from tests.support.polling import eventually
 from tests.support.sse_client import SSE_HEADERS, read_stream, reassemble
 
@@ -186,7 +186,7 @@ async def test_poll_returns_at_once_when_events_exist(
 async def app_client(settings: Settings) -> AsyncIterator[tuple[Starlette, httpx.AsyncClient]]:
     """The app itself (to look at its hub) and a client of it on a real uvicorn."""
     app = create_app(settings)
-    async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
+    async with serve(app) as url, http_client(base_url=url) as client:
         yield app, client
 
 
@@ -251,7 +251,7 @@ async def quiet_app(settings: Settings) -> AsyncIterator[str]:
 
 
 async def test_heartbeats_arrive_when_nothing_happens(quiet_app: str, pool: asyncpg.Pool) -> None:
-    async with httpx.AsyncClient(base_url=quiet_app) as client:
+    async with http_client(base_url=quiet_app) as client:
         job = await create(client)
         got = await read_stream(client, job["events_url"], max_events=1)
         assert [e["type"] for e in got.events] == ["status"]
@@ -264,10 +264,10 @@ async def test_heartbeats_arrive_when_nothing_happens(quiet_app: str, pool: asyn
 
 async def test_server_shutdown_ends_open_streams_promptly(settings: Settings) -> None:
     app = create_app(settings)
-    async with httpx.AsyncClient(timeout=10) as client:
+    async with http_client(timeout=10) as client:
         async with serve(app) as url:
             hub: Hub = app.state.js.hub
-            async with httpx.AsyncClient(base_url=url) as creator:
+            async with http_client(base_url=url) as creator:
                 job = await create(creator)
             readers = [
                 asyncio.create_task(read_stream(client, url + job["events_url"])) for _ in range(3)

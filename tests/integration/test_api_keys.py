@@ -14,7 +14,7 @@ import pytest
 from jobstream import cli, tenants
 from jobstream.settings import Settings
 from server.app import create_app
-from tests.support.http_server import serve
+from tests.support.http_server import http_client, serve
 from tests.support.sse_client import read_stream
 
 PROBLEM = "application/problem+json"
@@ -30,13 +30,13 @@ async def required_url(settings: Settings) -> AsyncIterator[str]:
 
 @pytest.fixture
 async def anonymous(required_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=required_url, timeout=30) as http:
+    async with http_client(base_url=required_url, timeout=30) as http:
         yield http
 
 
 async def keyed(base_url: str, key: str) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {key}"}
-    return httpx.AsyncClient(base_url=base_url, timeout=30, headers=headers)
+    return http_client(base_url=base_url, timeout=30, headers=headers)
 
 
 async def create(client: httpx.AsyncClient) -> dict[str, Any]:
@@ -59,7 +59,7 @@ async def test_an_unknown_or_malformed_key_is_401_whatever_the_setting(
     settings: Settings, required: bool, header: str
 ) -> None:
     app = create_app(settings.replace(require_api_key=required))
-    async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+    async with serve(app) as url, http_client(base_url=url, timeout=30) as http:
         headers = {"Authorization": header}
         assert_401(await http.get("/api/jobs", headers=headers))
         assert_401(await http.post("/api/jobs", json=JOB, headers=headers))

@@ -18,7 +18,7 @@ from jobstream.sql import queries
 from server.app import create_app
 from server.hub import Hub
 from tests.support import attempt_driver as drive
-from tests.support.http_server import serve
+from tests.support.http_server import http_client, serve
 from tests.support.polling import eventually, signalled
 from tests.support.sse_client import read_stream, reassemble
 from tests.support.stalled_reader import read_to_end, stalled_reader
@@ -43,7 +43,7 @@ async def served(hub_settings: Settings) -> AsyncIterator[Served]:
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with (
         serve(app) as url,
-        httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client,
+        http_client(base_url=url, timeout=30, limits=limits) as client,
     ):
         yield Served(url, app.state.js.hub, client)
 

@@ -8,12 +8,12 @@ import asyncio
 import logging
 from decimal import Decimal
 
-import httpx
 import pytest
 import structlog
 
 from jobstream.settings import Settings
 from tests.support.fake_openai import FakeOpenAI, Reply, expected_text, fetch_stats, prompt_tokens
+from tests.support.http_server import http_client
 from tests.support.openai_jobs import KEY
 from tests.support.provider_streams import PROMPT, collect, describe, failure, last, request
 from worker.providers.base import ProviderRequest, TextDelta
@@ -189,7 +189,7 @@ async def test_fake_counts_concurrency_and_answers_over_http(
         await asyncio.gather(*tasks, return_exceptions=True)
     await fake.wait_until(lambda s: s.in_flight == 0)
 
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         stats = await fetch_stats(client, fake.url)
         assert (stats.requests, stats.max_in_flight) == (3, 3)
         assert stats.outcomes == {"client_closed": 3}

@@ -18,12 +18,12 @@ import httpx
 from jobstream.settings import Settings
 from server.app import create_app
 from tests.support.api import PROBLEM, job_count
-from tests.support.http_server import serve
+from tests.support.http_server import http_client, serve
 
 
 @asynccontextmanager
 async def client_of(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    async with serve(create_app(settings)) as url, httpx.AsyncClient(base_url=url) as http:
+    async with serve(create_app(settings)) as url, http_client(base_url=url) as http:
         yield http
 
 

@@ -15,7 +15,7 @@ from jobstream.settings import Settings
 from server.app import create_app
 from server.hub import Hub
 from tests.support import attempt_driver as drive
-from tests.support.http_server import serve
+from tests.support.http_server import http_client, serve
 from tests.support.polling import eventually
 from tests.support.sse_client import SSE_HEADERS, read_stream
 from tests.support.stalled_reader import read_to_end, stalled_reader
@@ -63,7 +63,7 @@ async def test_a_client_that_stops_reading_is_ended_by_the_send_timeout(
     impatient: tuple[str, Hub], pool: asyncpg.Pool
 ) -> None:
     url, hub = impatient
-    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+    async with http_client(base_url=url, timeout=10) as client:
         job = await create(client)
         held = await drive.claim(pool)
         healthy = asyncio.create_task(read_stream(client, job["events_url"]))

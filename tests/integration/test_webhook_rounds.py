@@ -24,7 +24,7 @@ from jobstream.settings import Settings
 from server.app import create_app
 from tests.support.api import PROBLEM
 from tests.support.clock import ManualClock
-from tests.support.http_server import serve
+from tests.support.http_server import http_client, serve
 from tests.support.polling import eventually
 from tests.support.resolver import Resolver, fake_resolver
 from tests.support.webhook_outbox import deliveries
@@ -42,9 +42,7 @@ def resolver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Resolver]:
 @asynccontextmanager
 async def http_for(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The client WebhookSender.run makes: the settings' timeout, no redirects."""
-    async with httpx.AsyncClient(
-        timeout=settings.webhook_timeout_s, follow_redirects=False
-    ) as http:
+    async with http_client(timeout=settings.webhook_timeout_s, follow_redirects=False) as http:
         yield http
 
 
@@ -236,7 +234,7 @@ async def test_a_server_that_allows_private_targets_accepts_a_loopback_webhook(
 ) -> None:
     async with (
         serve(create_app(settings.replace(webhook_allow_private=True))) as base_url,
-        httpx.AsyncClient(base_url=base_url, timeout=30) as http,
+        http_client(base_url=base_url, timeout=30) as http,
     ):
         response = await http.post(
             "/api/jobs", json={"prompt": "hi", "webhook_url": "http://127.0.0.1:9/hook"}

@@ -31,6 +31,7 @@ from jobstream.embedded_pg import EmbeddedPostgres
 from jobstream.types import TERMINAL_STATUSES
 from tests.support.chaos_fleet import Fleet, Reader
 from tests.support.chaos_plan import Figures, Plan
+from tests.support.http_server import http_client
 from tests.support.processes import Processes
 from tests.support.sse_client import reassemble
 
@@ -63,7 +64,7 @@ class Chaos:
 
     async def run(self) -> Figures:
         started = time.monotonic()
-        self.clients = [httpx.AsyncClient(base_url=url, timeout=5) for url in self.fleet.urls]
+        self.clients = [http_client(base_url=url, timeout=5) for url in self.fleet.urls]
         try:
             await self.fleet.start()
             # A fault that fails (a server that never came back) cancels the rest, and the body.

@@ -13,6 +13,7 @@ import httpx
 from jobstream.embedded_pg import free_port
 from jobstream.follower import Follower, FollowError
 from tests.support.chaos_plan import Plan
+from tests.support.http_server import http_client
 from tests.support.processes import ManagedProcess, Processes
 
 
@@ -74,7 +75,7 @@ class Fleet:
     async def wait_up(self, slot: int, timeout_s: float = 60) -> None:
         server = self.servers[slot]
         deadline = time.monotonic() + timeout_s
-        async with httpx.AsyncClient(base_url=self.urls[slot], timeout=2) as client:
+        async with http_client(base_url=self.urls[slot], timeout=2) as client:
             while True:
                 if server.returncode is not None:
                     raise AssertionError(f"{server.name} exited ({server.returncode})")

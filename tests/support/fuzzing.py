@@ -24,6 +24,7 @@ import httpx
 
 from jobstream import db, tenants
 from jobstream.embedded_pg import free_port
+from tests.support.http_server import http_client
 from tests.support.polling import eventually
 from tests.support.processes import REPO_ROOT, ManagedProcess, Processes
 
@@ -88,7 +89,7 @@ async def target(group: Processes, database_url: str) -> AsyncIterator[Target]:
     worker = group.spawn("worker", {**env, "JOBSTREAM_WORKER_ID": "fuzz"}, name="worker")
     server = group.spawn("server", env, name="server")
     base_url = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient(base_url=base_url, timeout=5) as client:
+    async with http_client(base_url=base_url, timeout=5) as client:
 
         async def healthz() -> int | None:
             if server.returncode is not None:

@@ -105,13 +105,21 @@ class OpenAIProvider:
         self._input_price = Decimal(str(settings.openai_input_usd_per_mtok))
         self._output_price = Decimal(str(settings.openai_output_usd_per_mtok))
         self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient()
+        # Made at the first request, not here: the server builds this provider to price jobs
+        # and never sends one, and an httpx client costs 50-90 ms of CPU to make (its TLS
+        # context loads the system's certificates), at every server start.
+        self._client = client
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(url={self._url!r}, model={self._model!r})"
 
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient()
+        return self._client
+
     async def aclose(self) -> None:
-        if self._owns_client:
+        if self._owns_client and self._client is not None:
             await self._client.aclose()
 
     async def __aenter__(self) -> OpenAIProvider:
@@ -134,7 +142,7 @@ class OpenAIProvider:
     async def stream(self, request: ProviderRequest) -> AsyncGenerator[StreamItem, None]:
         model = request.model or self._model
         trace = _SendTrace(request.send_mark)
-        http_request = self._client.build_request(
+        http_request = self._http().build_request(
             "POST",
             self._url,
             content=orjson.dumps(
@@ -157,7 +165,7 @@ class OpenAIProvider:
         first_token_deadline = loop.time() + self._first_token_timeout_s
         try:
             async with asyncio.timeout_at(first_token_deadline):
-                response = await self._client.send(http_request, stream=True)
+                response = await self._http().send(http_request, stream=True)
         except TimeoutError:
             raise self._failed(
                 classify.from_stream_fault("first_token_timeout", request_sent=trace.request_sent)
