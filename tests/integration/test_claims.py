@@ -129,21 +129,26 @@ async def test_a_delayed_job_is_queued_and_not_claimed_before_its_time(
     assert len(await claim(pool, 8, clock)) == 1
 
 
-async def claim_buffers(pool: asyncpg.Pool) -> int:
-    """Pages one claim statement touches (EXPLAIN ANALYZE runs it; the transaction is undone)."""
+async def statement_pages(pool: asyncpg.Pool, statement: str, *args: object) -> tuple[int, int]:
+    """Pages a statement touches and the rows it returns (EXPLAIN ANALYZE runs it; the
+    transaction is undone)."""
     async with pool.acquire() as conn:
         tx = conn.transaction()
         await tx.start()
         try:
-            plan = await conn.fetchval(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + queries.CLAIM_JOBS,
-                ["simulated"], "w", 30.0, None, [], [], [], 8,
-            )  # fmt: skip
+            explain = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement
+            plan = await conn.fetchval(explain, *args)
         finally:
             await tx.rollback()
-    top = (orjson.loads(plan) if isinstance(plan, str) else plan)[0]
-    touched: int = top["Plan"]["Shared Hit Blocks"] + top["Plan"]["Shared Read Blocks"]
-    assert top["Plan"]["Actual Rows"] == 8
+    top = (orjson.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    return top["Shared Hit Blocks"] + top["Shared Read Blocks"], top["Actual Rows"]
+
+
+async def claim_buffers(pool: asyncpg.Pool) -> int:
+    """Pages one claim of 8 jobs touches."""
+    args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 8)
+    touched, rows = await statement_pages(pool, queries.CLAIM_JOBS, *args)
+    assert rows == 8
     return touched
 
 
@@ -166,19 +171,8 @@ async def test_the_claim_reads_as_much_with_20000_jobs_queued_as_with_200(
 
 
 async def lock_providers_buffers(pool: asyncpg.Pool, providers: list[str]) -> int:
-    """Pages LOCK_PROVIDERS touches (EXPLAIN ANALYZE runs it; the transaction is undone)."""
-    async with pool.acquire() as conn:
-        tx = conn.transaction()
-        await tx.start()
-        try:
-            plan = await conn.fetchval(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + queries.LOCK_PROVIDERS,
-                providers, None,
-            )  # fmt: skip
-        finally:
-            await tx.rollback()
-    top = (orjson.loads(plan) if isinstance(plan, str) else plan)[0]
-    touched: int = top["Plan"]["Shared Hit Blocks"] + top["Plan"]["Shared Read Blocks"]
+    """Pages LOCK_PROVIDERS touches."""
+    touched, _ = await statement_pages(pool, queries.LOCK_PROVIDERS, providers, None)
     return touched
 
 
