@@ -71,11 +71,35 @@ async def wait_for_tokens(page: Page, tokens: int) -> None:
 
 
 async def expect_finished(page: Page, status: str, text: str | None = None) -> None:
-    await expect(page.get_by_test_id("status")).to_have_text(status, timeout=FINISH_TIMEOUT_MS)
+    try:
+        await expect(page.get_by_test_id("status")).to_have_text(status, timeout=FINISH_TIMEOUT_MS)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{await _post_mortem(page)}") from None
     if text is not None:
         assert await page.get_by_test_id("output").text_content() == text
     # The page swaps in result.text (and says so) only if its own reassembly went wrong.
     await expect(page.locator("[data-kind=mismatch]")).to_have_count(0)
+
+
+async def _post_mortem(page: Page) -> str:
+    """What the page saw and said, and what the API says of the job now: a CI log shows only
+    the assertion, and a status that never came has several possible causes."""
+    report = await page.evaluate(
+        """async () => {
+          const id = location.pathname.split("/").pop();
+          const reply = await fetch(`/api/jobs/${id}`).catch((err) => null);
+          const job = reply && reply.ok ? await reply.json() : null;
+          const note = document.getElementById("action-note");
+          return {
+            statuses: window.__seen.statuses,
+            connections: window.__seen.connections,
+            action_note: note ? note.textContent : null,
+            api_status: job ? job.status : (reply ? reply.status : "unreachable"),
+            api_attempts: job ? job.attempts : null,
+          };
+        }"""
+    )
+    return f"post-mortem: {report}"
 
 
 def assert_prefixes(outputs: list[str], expected: str) -> None:
