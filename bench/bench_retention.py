@@ -8,13 +8,14 @@
    counting node's own time. (APPEND_TOKENS_MANY and RENEW_LEASES count nothing.)
 2. A history seeded in SQL: `--jobs` finished jobs (succeeded, ended over the last 8 days, one
    attempt each) with `--events-per-job` events each (queued, reset, running, the tokens, usage,
-   done), nothing compacted yet (as right after the upgrade to schema version 4), plus 2,000
+   done), nothing compacted yet (as right after the upgrade to schema version 4), plus 4,950
    queued and 50 running jobs; then VACUUM ANALYZE, as autovacuum would have. On it:
    - `GET /metrics` through a real server process, sequentially: p50 / p99 (target p99 <= 50 ms),
      with the janitor idle and while it works;
    - claim latency (claims.claim_batch of one job) and token-append latency (one chunk,
      token_appends.append_tokens), the janitor idle and the janitor working through the backlog,
-     sixteen phases of 75 cycles, alternately idle and working (target: within 1.2x);
+     three repeats of sixteen phases of 75 cycles, alternately idle and working, each repeat
+     with its ratios of working to idle (target: within 1.2x), then their min / median / max;
    - the janitor's rates: jobs settled (compacted) and deleted per second, rows per second, and
      its batches' durations (each batch is one transaction).
 Durable embedded PostgreSQL (fsync on) unless DATABASE_URL is set. The full size takes about
@@ -26,8 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 from typing import Any
+
+import asyncpg
 
 from bench import queue_common as common
 from bench.postgres import durable_postgres
@@ -47,7 +51,8 @@ from jobstream import db
 from jobstream.settings import Settings
 
 DATABASE = "retention_bench"
-PHASES = 16  # latency phases, alternately without and with the janitor working
+REPEATS = 3  # of the latency measurement, each with its own ratios (a p99 of 600 calls is noisy)
+PHASES = 16  # latency phases a repeat, alternately without and with the janitor working
 PHASE_CALLS = 75  # claim + append cycles per latency phase
 
 
@@ -77,24 +82,24 @@ async def history(admin_url: str, n_jobs: int, per_job: int, tuning: dict[str, A
                 janitor.cancel()
                 await asyncio.gather(janitor, return_exceptions=True)
             print(f"   /metrics, janitor working: {busy_scrape}", flush=True)
-        phases: dict[str, Phase] = {"off": Phase(), "on": Phase()}
-        for name in ["off", "on"] * (PHASES // 2):
-            working = None
-            if name == "on":
-                working = asyncio.create_task(janitor_loop(janitor_pool, settings, stats))
-            try:
-                await hot_path(pool, phases[name], PHASE_CALLS)
-            finally:
-                if working is not None:
-                    working.cancel()
-                    await asyncio.gather(working, return_exceptions=True)
-        off, on = phases["off"], phases["on"]
-        for what, a, b in (("claim", off.claims, on.claims), ("append", off.appends, on.appends)):
-            la, lb = Latency.of(a), Latency.of(b)
-            print(f"   {what:<6} janitor idle:    {la}")
+        ratios: dict[str, list[tuple[float, float]]] = {"claim": [], "append": []}
+        for repeat in range(1, REPEATS + 1):
+            off, on = await latency_phases(pool, janitor_pool, settings, stats)
+            print(f"   repeat {repeat} of {REPEATS}:")
+            for what, a, b in (
+                ("claim", off.claims, on.claims), ("append", off.appends, on.appends),
+            ):  # fmt: skip
+                la, lb = Latency.of(a), Latency.of(b)
+                ratios[what].append((lb.p50 / la.p50, lb.p99 / la.p99))
+                print(f"     {what:<6} janitor idle:    {la}")
+                print(
+                    f"     {what:<6} janitor working: {lb}   ratio p50 {lb.p50 / la.p50:.2f},"
+                    f" p99 {lb.p99 / la.p99:.2f}"
+                )
+        for what, pairs in ratios.items():
             print(
-                f"   {what:<6} janitor working: {lb}   ratio p50 {lb.p50 / la.p50:.2f},"
-                f" p99 {lb.p99 / la.p99:.2f}"
+                f"   {what:<6} working / idle, min / median / max of {REPEATS}:"
+                f" p50 {spread([p[0] for p in pairs])}, p99 {spread([p[1] for p in pairs])}"
             )
         # The janitor alone, for its rates.
         alone = JanitorStats()
@@ -115,6 +120,28 @@ async def history(admin_url: str, n_jobs: int, per_job: int, tuning: dict[str, A
         await janitor_pool.close()
         if not os.environ.get("BENCH_KEEP"):
             await common.drop_database(admin_url, DATABASE)
+
+
+async def latency_phases(
+    pool: asyncpg.Pool, janitor_pool: asyncpg.Pool, settings: Settings, stats: JanitorStats
+) -> tuple[Phase, Phase]:
+    """PHASES phases of the hot path, alternately with the janitor idle and working."""
+    phases: dict[str, Phase] = {"off": Phase(), "on": Phase()}
+    for name in ["off", "on"] * (PHASES // 2):
+        working = None
+        if name == "on":
+            working = asyncio.create_task(janitor_loop(janitor_pool, settings, stats))
+        try:
+            await hot_path(pool, phases[name], PHASE_CALLS)
+        finally:
+            if working is not None:
+                working.cancel()
+                await asyncio.gather(working, return_exceptions=True)
+    return phases["off"], phases["on"]
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
 
 
 def main(argv: list[str] | None = None) -> None:
