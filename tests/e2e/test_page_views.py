@@ -31,11 +31,16 @@ pytestmark = pytest.mark.e2e
 
 
 async def test_cancel_running_job_ends_cancelled(page: Page, stack: Stack) -> None:
-    job = await stack.create_job(count_job(5000, tokens_per_second=25))
+    job = await stack.create_job(count_job(5000, tokens_per_second=100))
     await open_page(page, f"/jobs/{job['id']}")
     await wait_for_tokens(page, 5)
 
+    # The button stays put while the text grows by lines: below the output it moved under the
+    # pointer, and a click could land on the text instead (a CI run waited 30 s for a cancel).
     cancel = page.get_by_role("button", name="Cancel job")
+    before = await cancel.bounding_box()
+    await wait_for_tokens(page, 300)
+    assert await cancel.bounding_box() == before
     await cancel.click()
     await expect_finished(page, "cancelled")
     await expect(cancel).to_be_hidden()
