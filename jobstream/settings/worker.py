@@ -143,9 +143,9 @@ class WorkerSettings:
     )
     janitor_batch: int = setting(
         "JOBSTREAM_JANITOR_BATCH",
-        50,
-        "Jobs the janitor compacts or deletes per transaction (a batch of 50 jobs of 20 events "
-        "takes about 15 ms).",
+        25,
+        "Jobs the janitor compacts or deletes per transaction (a batch of 25 jobs of 20 events "
+        "takes about 10 ms; at 50 a claim's p99 beside the janitor was 1.22x, at 25 1.03x).",
         minimum=1,
     )
     janitor_duty: float = setting(
