@@ -109,7 +109,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
                 notices=notices,
                 creates=creates,
             )
-            log.info("server_ready")
+            log.info("app_started")  # server_ready follows once uvicorn listens
             yield
 
     routes = [

@@ -1,4 +1,5 @@
-"""Ending open streams promptly when the server stops.
+"""The server process's uvicorn: `server_ready` once it listens, and open streams ended
+promptly when it stops.
 
 uvicorn waits for open responses to finish before it runs the lifespan shutdown, and an SSE
 response never finishes on its own: without a signal at the *start* of shutdown, every open stream
@@ -11,7 +12,10 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 
+import structlog
 import uvicorn
+
+log = structlog.get_logger("server")
 
 
 class Shutdown:
@@ -41,7 +45,18 @@ def of(app: object) -> Shutdown | None:
 
 
 class DrainingServer(uvicorn.Server):
-    """A uvicorn server that tells the app it is stopping before it waits for open responses."""
+    """A uvicorn server that says when it listens, and tells the app it is stopping before it
+    waits for open responses."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        # After the bind, not in the app's lifespan (which runs first): a supervisor or a test
+        # that takes this line for "ready" and connects at once must find a listener.
+        if self.started:
+            addresses = [
+                sock.getsockname() for server in self.servers for sock in server.sockets or ()
+            ]
+            log.info("server_ready", addresses=[f"{a[0]}:{a[1]}" for a in addresses])
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         shutdown = of(self.config.app)

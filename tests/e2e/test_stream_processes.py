@@ -23,7 +23,6 @@ from server.app import create_app
 from tests.e2e.conftest import Stack
 from tests.support import attempt_driver as drive
 from tests.support.http_server import http_client, serve
-from tests.support.polling import eventually
 from tests.support.processes import ManagedProcess, Processes
 from tests.support.sse_client import read_stream, reassemble
 
@@ -214,13 +213,7 @@ async def start_server(group: Processes, database_url: str, name: str) -> str:
     server: ManagedProcess = group.spawn("server", env, name=name)
     await server.wait_for_log("server_ready", timeout_s=30)
     url = f"http://127.0.0.1:{port}"
-
-    async def healthz() -> int:
-        async with http_client() as client:
-            try:
-                return (await client.get(url + "/healthz")).status_code
-            except httpx.TransportError:
-                return 0
-
-    await eventually(healthz, lambda code: code == 200, what=f"{name} answers")
+    async with http_client() as client:
+        # At once: server_ready is logged after the bind (server/shutdown.py).
+        assert (await client.get(url + "/healthz")).status_code == 200
     return url
