@@ -102,6 +102,7 @@ async def steady(
     producers: int,
     batch: int,
     rate: float,
+    backlog: int,
     concurrency: int,
     batch_api: bool,
     processes: int = 1,
@@ -129,8 +130,8 @@ async def steady(
                 try:
                     start, end = await common.produce_during(
                         lambda n: side.post_batch(clients[n], batch),
-                        producers=producers, rate=rate, warmup_s=warmup_s, seconds=seconds,
-                        snapshot=snapshot, alive=alive,
+                        producers=producers, rate=rate, backlog=backlog, warmup_s=warmup_s,
+                        seconds=seconds, snapshot=snapshot, alive=alive,
                     )  # fmt: skip
                 finally:
                     for client in clients:
@@ -141,7 +142,7 @@ async def steady(
                 return await side.create_many(pool, batch)
 
             start, end = await common.produce_during(
-                create_batch, producers=producers, rate=rate, warmup_s=warmup_s,
+                create_batch, producers=producers, rate=rate, backlog=backlog, warmup_s=warmup_s,
                 seconds=seconds, snapshot=snapshot, alive=alive,
             )  # fmt: skip
         await _no_failed_attempts(conn)

@@ -139,6 +139,7 @@ async def steady(
     producers: int,
     batch: int,
     rate: float,
+    backlog: int,
     shape: Shape,
     processes: int = 1,
 ) -> Steady:
@@ -158,7 +159,7 @@ async def steady(
             return row["at"], row["left"]
 
         start, end = await common.produce_during(
-            lambda n: _enqueue(queues[n], batch), producers=producers, rate=rate,
+            lambda n: _enqueue(queues[n], batch), producers=producers, rate=rate, backlog=backlog,
             warmup_s=warmup_s, seconds=seconds, snapshot=snapshot,
             alive=common.check_alive(runners),
         )  # fmt: skip

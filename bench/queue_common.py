@@ -287,34 +287,63 @@ async def produce_during(
     *,
     producers: int,
     rate: float,
+    backlog: int,
     warmup_s: float,
     seconds: float,
     snapshot: Callable[[], Awaitable[Snapshot]],
     alive: Callable[[], None],
 ) -> tuple[Snapshot, Snapshot]:
     """Run `producers` loops of `produce(producer)` (returns the jobs it enqueued), paced to
-    `rate` jobs/s in all (0: as fast as they can), and snapshot the queue at the start and the
-    end of a window of `seconds` that opens `warmup_s` after they start."""
+    `rate` jobs/s in all (0: as fast as they can) and, if `backlog`, held while that many jobs
+    are unfinished; snapshot the queue at the start and the end of a window of `seconds` that
+    opens `warmup_s` after they start."""
     stopping = asyncio.Event()
+    room = asyncio.Event()
+    room.set()
+    lock = asyncio.Lock()  # one snapshot at a time: they share a connection
+
+    async def look() -> Snapshot:
+        async with lock:
+            return await snapshot()
+
+    async def gate() -> None:
+        # A steady state: the producers offer what the consumers take, the queue stays near
+        # `backlog` (overshooting by at most a batch a producer between looks).
+        while not stopping.is_set():
+            _, left = await look()
+            if left < backlog:
+                room.set()
+            else:
+                room.clear()
+            await asyncio.sleep(BACKLOG_POLL_S)
 
     async def producer(n: int) -> None:
         pacer = Pacer(rate / producers)
         while not stopping.is_set():
+            await room.wait()
             await pacer.wait(await produce(n))
 
     tasks = [asyncio.create_task(producer(n)) for n in range(producers)]
+    if backlog:
+        tasks.append(asyncio.create_task(gate()))
     try:
         await _watch(tasks, warmup_s, alive)
-        start = await snapshot()
+        start = await look()
         await _watch(tasks, seconds, alive)
-        end = await snapshot()
+        end = await look()
     finally:
         stopping.set()
+        room.set()
         await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
     for task in tasks:
         if (error := task.exception()) is not None:
             raise error
     return start, end
+
+
+# How often a bounded steady state counts the unfinished jobs (a count of at most a few
+# thousand index entries, the same statement shape on both sides).
+BACKLOG_POLL_S = 0.05
 
 
 async def _watch(

@@ -18,6 +18,7 @@ class Options:
     drain_concurrency: int
     steady_s: float
     steady_rate: float
+    steady_backlogs: tuple[int, ...]
     producers: int
     producer_batch: int
     steady_via: str
@@ -49,6 +50,10 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--steady-rate", type=float, default=0,
                         help="jobs/s the producers offer in all; 0 (default): as fast as they"
                         " can")  # fmt: skip
+    parser.add_argument("--steady-backlogs", default="2000,0",
+                        help="the steady states to run: the producers held while this many jobs"
+                        " are unfinished, or 0, never held (the queue grows by what the"
+                        " consumers cannot take); default 2000,0")  # fmt: skip
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--producer-batch", type=int, default=100)
     parser.add_argument("--steady-via", choices=("library", "http"), default="library",
@@ -89,6 +94,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         drain_concurrency=args.drain_concurrency,
         steady_s=pick(args.steady_s, 30, 5),
         steady_rate=args.steady_rate,
+        steady_backlogs=tuple(int(b) for b in args.steady_backlogs.split(",")),
         producers=args.producers,
         producer_batch=args.producer_batch,
         steady_via=args.steady_via,

@@ -51,7 +51,15 @@ async def drain(options: Options, admin_url: str, table: Table, batch_api: bool)
 
 
 async def steady(options: Options, admin_url: str, table: Table, batch_api: bool) -> None:
+    for backlog in options.steady_backlogs:
+        await _steady(options, admin_url, table, batch_api, backlog)
+
+
+async def _steady(
+    options: Options, admin_url: str, table: Table, batch_api: bool, backlog: int
+) -> None:
     how = f"paced to {options.steady_rate:,.0f} jobs/s" if options.steady_rate else "unpaced"
+    held = f"held at {backlog:,} unfinished" if backlog else "never held"
     # Like for like by default: both sides' producers call their library, `producer_batch` jobs
     # a call. Through HTTP, jobstream's server process takes about half a core of the two.
     http = batch_api and options.steady_via == "http"
@@ -59,14 +67,18 @@ async def steady(options: Options, admin_url: str, table: Table, batch_api: bool
     consumers = f"{options.consumers} consumer process{'es' if options.consumers > 1 else ''}"
     print(
         f"\n(b) steady state, {options.steady_s:g} s: {options.producers} producers x"
-        f" {options.producer_batch} jobs a call ({how}; jobstream via {via}), {consumers}"
+        f" {options.producer_batch} jobs a call ({how}, {held}; jobstream via {via}),"
+        f" {consumers}"
     )
-    rows = ["steady: done", "steady: offered", "steady: unfinished at end"]
+    # Held at a backlog, the producers offer what the consumers take: a steady state. Never
+    # held, they take CPU from the consumers and the queue grows without bound.
+    name = f"steady <= {backlog:,}" if backlog else "steady, unbounded"
+    rows = [f"{name}: done", f"{name}: offered", f"{name}: unfinished at end"]
 
     async def ours() -> str:
         result = await jobstream_workers.steady(
             admin_url, seconds=options.steady_s, warmup_s=1.0, producers=options.producers,
-            batch=options.producer_batch, rate=options.steady_rate,
+            batch=options.producer_batch, rate=options.steady_rate, backlog=backlog,
             concurrency=options.drain_concurrency, batch_api=http,
             processes=options.consumers,
         )  # fmt: skip
@@ -77,14 +89,14 @@ async def steady(options: Options, admin_url: str, table: Table, batch_api: bool
     async def theirs() -> str:
         result = await pgqueuer_side.steady(
             admin_url, seconds=options.steady_s, warmup_s=1.0, producers=options.producers,
-            batch=options.producer_batch, rate=options.steady_rate, shape=options.pgq,
-            processes=options.consumers,
+            batch=options.producer_batch, rate=options.steady_rate, backlog=backlog,
+            shape=options.pgq, processes=options.consumers,
         )  # fmt: skip
         for row, value in zip(rows, _steady_values(result), strict=True):
             table.add(row, "jobs" if "unfinished" in row else "jobs/s", PGQUEUER, value)
         return str(result)
 
-    await _interleave(options, "steady", ours, theirs)
+    await _interleave(options, name, ours, theirs)
     table.print_rows(rows)
 
 
