@@ -17,13 +17,24 @@ WORDS = [token_text("alpha beta gamma", "words", i) for i in range(2)]
 
 
 class RecordedSleeps:
-    """Stands in for asyncio.sleep: remembers each pause instead of waiting it out."""
+    """Stands in for asyncio.sleep and the clock: remembers each pause instead of waiting it
+    out, and moves a virtual clock by the pause plus `late` (a busy loop wakes sleepers late)."""
 
-    def __init__(self) -> None:
+    def __init__(self, late: float = 0.0) -> None:
         self.calls: list[float] = []
+        self.now = 0.0
+        self._late = late
 
     async def __call__(self, seconds: float) -> None:
         self.calls.append(seconds)
+        self.now += seconds + self._late
+
+    def clock(self) -> float:
+        return self.now
+
+
+def paced(sleeps: RecordedSleeps, **kwargs: Any) -> SimulatedProvider:
+    return SimulatedProvider(sleep=sleeps, clock=sleeps.clock, **kwargs)
 
 
 def request(
@@ -40,7 +51,7 @@ def request(
 
 def instant() -> SimulatedProvider:
     """The provider with its pauses recorded rather than waited out: the unit tier never sleeps."""
-    return SimulatedProvider(sleep=RecordedSleeps())
+    return paced(RecordedSleeps())
 
 
 async def collect(provider: SimulatedProvider, req: ProviderRequest) -> list[StreamItem]:
@@ -68,7 +79,7 @@ async def test_count_pattern_numbers_each_token_from_zero() -> None:
 
 
 async def test_tokens_default_to_max_tokens_and_never_exceed_it() -> None:
-    provider = SimulatedProvider(sleep=RecordedSleeps())
+    provider = paced(RecordedSleeps())
     by_default = await collect(provider, request({}, max_tokens=7))
     capped = await collect(provider, request({"tokens": 100}, max_tokens=3))
     assert sum(isinstance(i, TextDelta) for i in by_default) == 7
@@ -78,8 +89,19 @@ async def test_tokens_default_to_max_tokens_and_never_exceed_it() -> None:
 async def test_rate_and_first_token_delay_set_the_pauses() -> None:
     sleeps = RecordedSleeps()
     simulate = {"tokens": 3, "tokens_per_second": 4, "first_token_delay_s": 0.5}
-    await collect(SimulatedProvider(sleep=sleeps), request(simulate))
+    await collect(paced(sleeps), request(simulate))
     assert sleeps.calls == [0.5, 0.25, 0.25]
+
+
+async def test_a_stream_woken_late_keeps_its_rate_by_yielding_what_is_due_at_once() -> None:
+    # Every pause ends 0.15 s late: 10 tokens/s must still take 0.9 s from the first token to
+    # the last, not 9 x 0.25 s. A token already due is yielded without a pause.
+    sleeps = RecordedSleeps(late=0.15)
+    simulate = {"tokens": 10, "tokens_per_second": 10, "pattern": "count", "first_token_delay_s": 0}
+    items = await collect(paced(sleeps), request(simulate))
+    assert text_of(items) == "".join(f"{i} " for i in range(10))
+    assert sleeps.now == pytest.approx(0.9 + 0.15)
+    assert len(sleeps.calls) == 5  # after tokens 1, 3, 5, 7 and 9; 2, 4, 6 and 8 were due
 
 
 async def test_output_is_deterministic() -> None:
@@ -174,7 +196,7 @@ def test_the_default_price_is_two_dollars_a_million_tokens() -> None:
 async def test_the_price_is_the_servers_never_the_jobs() -> None:
     # Regression (issue 9, defect 10): a job set its own price with simulate.cost_per_token.
     # The server refuses that field now; a job stored before still has it, and it is ignored.
-    provider = SimulatedProvider(usd_per_mtok=Decimal("0.15"), sleep=RecordedSleeps())
+    provider = paced(RecordedSleeps(), usd_per_mtok=Decimal("0.15"))
     asks_free = request({"tokens": 4, "tokens_per_second": 0, "cost_per_token": 0})
     assert provider.estimate_cost(asks_free, 4) == Decimal("0.0000006")
     items = await collect(provider, asks_free)
