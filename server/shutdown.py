@@ -9,6 +9,7 @@ per app (several apps may share a process in the tests), unlike sse-starlette's 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Callable
 
@@ -48,11 +49,17 @@ class DrainingServer(uvicorn.Server):
     """A uvicorn server that says when it listens, and tells the app it is stopping before it
     waits for open responses."""
 
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        # Set once the sockets listen: what an in-process caller (the tests' serve) waits on.
+        self.listening = asyncio.Event()
+
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         # After the bind, not in the app's lifespan (which runs first): a supervisor or a test
         # that takes this line for "ready" and connects at once must find a listener.
         if self.started:
+            self.listening.set()
             addresses = [
                 sock.getsockname() for server in self.servers for sock in server.sockets or ()
             ]

@@ -68,12 +68,16 @@ async def serve(
     server = _PromptServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
     try:
-        async with asyncio.timeout(startup_timeout_s):
-            while not server.started:
-                if task.done():
-                    task.result()  # surfaces a start-up failure
-                    raise RuntimeError("uvicorn stopped before it started")
-                await asyncio.sleep(0.01)
+        listening = asyncio.create_task(server.listening.wait())
+        await asyncio.wait(
+            {listening, task}, timeout=startup_timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        if not server.listening.is_set():
+            listening.cancel()
+            if task.done():
+                task.result()  # surfaces a start-up failure
+                raise RuntimeError("uvicorn stopped before it started")
+            raise TimeoutError(f"uvicorn did not listen within {startup_timeout_s} s")
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
