@@ -48,6 +48,7 @@ def main() -> int:
         http=connections.http_protocol(settings.head_timeout_s),
     )
     heap.freeze_startup_objects()
+    heap.defer_young_collections(heap.YOUNG_THRESHOLD)
     DrainingServer(config).run()
     return 0
 

@@ -19,7 +19,7 @@ def main() -> int:
         return 2
     logs.configure(settings.log_level, json=settings.log_json)
     heap.freeze_startup_objects()
-    heap.defer_young_collections(heap.WORKER_YOUNG_THRESHOLD)
+    heap.defer_young_collections(heap.YOUNG_THRESHOLD)
     try:
         # uvloop, as the server's uvicorn picks: a busy worker spends most of its time in the
         # event loop's own machinery (tasks, timers, sockets).
