@@ -260,7 +260,10 @@ def _outcome(
         return refusal
     row = inserted.get(job_id)
     if row is not None:
-        return Created(_made_row(row, item, tenant_id), created=True)
+        return Created(
+            JobRow.inserted(row, tenant_id, item.idempotency_key, item.request_hash, item.spec),
+            created=True,
+        )
     key = item.idempotency_key
     found = existing.get(key) if key is not None else None
     if found is None:
@@ -272,19 +275,6 @@ def _outcome(
             f"Idempotency-Key {key!r} was used with a different request body"
         )
     return Created(JobRow.of(found), created=False)
-
-
-def _made_row(row: asyncpg.Record, item: NewJob, tenant_id: str) -> JobRow:
-    """A job just inserted: what INSERT_JOBS returned of it (what the database set), and the
-    rest as the insert wrote it."""
-    spec = item.spec
-    return JobRow(
-        row["id"], tenant_id, item.idempotency_key, item.request_hash, row["status"],
-        spec.priority, row["provider"], spec.payload(), spec.metadata, None, None, 0,
-        spec.max_attempts, None, row["run_after"], None, row["last_seq"], spec.webhook_url,
-        row["estimate_usd"], row["reserved_usd"], None, None, None, spec.retain_s, None,
-        row["created_at"], None, None, row["updated_at"],
-    )  # fmt: skip
 
 
 async def cancel(

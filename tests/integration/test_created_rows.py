@@ -1,5 +1,5 @@
 """A create answers with its job as the database holds it, though INSERT_JOBS returns only what
-the database set (jobs._made_row builds the rest from what the insert wrote)."""
+the database set (JobRow.inserted builds the rest from what the insert wrote)."""
 
 from __future__ import annotations
 
