@@ -16,6 +16,12 @@
 -- Parameters, one element per attempt: $1 job, $2 run token, $3 result ({text, usage}), $4
 -- attempt, $5 input tokens, $6 output tokens, $7 cost (the price charged), $8 cost known, $9 the
 -- last token chunk ('' for none); then $10 now.
+-- `j.id = ANY($1)` repeats the join on purpose: a worker runs this statement prepared, and its
+-- generic plan (the plan cache's, once the custom ones cost no less) cannot know the arrays'
+-- length. Without the ANY it read every running job from a partial index and compared each
+-- with each input row (Rows Removed by Join Filter: 64 x the running jobs); with it, 64
+-- probes of the primary key. In a drain of 20,000 jobs with 256 slots: 317-334 µs of
+-- PostgreSQL's time a job for this statement before, 243-262 after.
 WITH input AS (
     SELECT *, 2 + (i.last_chunk <> '')::int AS n_events
       FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[], $4::int[], $5::int[], $6::int[],
@@ -31,7 +37,7 @@ WITH input AS (
            last_seq = j.last_seq + i.n_events
       FROM input i, jobs old
      WHERE j.id = i.job_id AND j.run_token = i.run_token AND j.status = 'running'
-       AND old.id = j.id
+       AND j.id = ANY($1::uuid[]) AND old.id = j.id
     RETURNING j.id, j.tenant_id, j.status, j.attempts, j.finished_at, j.result, j.error,
               j.webhook_url, j.last_seq, i.attempt, i.input_tokens, i.output_tokens, i.cost,
               i.cost_known, i.last_chunk, old.reserved_usd AS held,
