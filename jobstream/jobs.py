@@ -46,7 +46,7 @@ class NewJob:
     A plain class with slots, not a frozen dataclass: a batch makes a thousand of these, and a
     frozen __init__ (object.__setattr__ per field, then __post_init__'s) cost 1 µs more each."""
 
-    __slots__ = ("idempotency_key", "request_hash", "reserved_usd", "spec")
+    __slots__ = ("idempotency_key", "payload", "request_hash", "reserved_usd", "spec")
 
     def __init__(
         self, spec: JobSpec, idempotency_key: str | None = None, reserved_usd: Decimal = _NOTHING
@@ -55,6 +55,8 @@ class NewJob:
         self.idempotency_key = idempotency_key
         self.reserved_usd = reserved_usd
         self.request_hash = spec.request_hash()  # same key + same hash = the same job
+        # What jobs.payload stores: built once, for the insert and for the answer's row.
+        self.payload = spec.payload()
 
 
 # Why an item of a create was refused. Returned, not raised, by create_many: in a batch, a
@@ -173,7 +175,7 @@ def _insert_row(ordinal: int, job_id: str, item: NewJob) -> dict[str, Any]:
     spec = item.spec
     return {
         "ord": ordinal, "id": job_id, "key": item.idempotency_key, "hash": item.request_hash,
-        "provider": spec.provider, "priority": spec.priority, "payload": spec.payload(),
+        "provider": spec.provider, "priority": spec.priority, "payload": item.payload,
         "metadata": spec.metadata, "max_attempts": spec.max_attempts,
         "webhook_url": spec.webhook_url,
         "estimate": str(item.reserved_usd),  # exact: a JSON number would pass through a float
@@ -261,7 +263,9 @@ def _outcome(
     row = inserted.get(job_id)
     if row is not None:
         return Created(
-            JobRow.inserted(row, tenant_id, item.idempotency_key, item.request_hash, item.spec),
+            JobRow.inserted(
+                row, tenant_id, item.idempotency_key, item.request_hash, item.payload, item.spec
+            ),
             created=True,
         )
     key = item.idempotency_key

@@ -75,6 +75,7 @@ class JobRow:
         tenant_id: str,
         idempotency_key: str | None,
         request_hash: str,
+        payload: dict[str, Any],
         spec: JobSpec,
     ) -> JobRow:
         """A job just created: what INSERT_JOBS returned of it (what the database set), and the
@@ -82,7 +83,7 @@ class JobRow:
         stored row."""
         return cls(
             r["id"], tenant_id, idempotency_key, request_hash, r["status"], spec.priority,
-            r["provider"], spec.payload(), spec.metadata, None, None, 0, spec.max_attempts, None,
+            r["provider"], payload, spec.metadata, None, None, 0, spec.max_attempts, None,
             r["run_after"], None, r["last_seq"], spec.webhook_url, r["estimate_usd"],
             r["reserved_usd"], None, None, None, spec.retain_s, None, r["created_at"], None, None,
             r["updated_at"],

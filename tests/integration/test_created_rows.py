@@ -53,10 +53,10 @@ async def test_a_created_job_is_the_row_the_database_holds(pool: asyncpg.Pool) -
     for outcome in outcomes:
         assert isinstance(outcome, jobs.Created)
         assert dataclasses.asdict(outcome.job) == await _stored(pool, outcome)
-    delayed = outcomes[1]
-    assert isinstance(delayed, jobs.Created)
+    full, delayed, _ = outcomes
+    assert isinstance(full, jobs.Created) and isinstance(delayed, jobs.Created)
     assert delayed.job.run_after - delayed.job.created_at == timedelta(seconds=30)
-    assert outcomes[0].job.reserved_usd == Decimal("0.12345679")  # type: ignore[union-attr]
+    assert full.job.reserved_usd == Decimal("0.12345679")
 
 
 async def test_a_job_to_run_at_a_time_answers_that_time(pool: asyncpg.Pool) -> None:
