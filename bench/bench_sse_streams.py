@@ -23,7 +23,7 @@ import httpx
 
 from bench.bench_stream import _database, _free_port, _spawn, _stop, _until_up
 from bench.postgres import durable_postgres
-from jobstream import db, jobs, logs
+from jobstream import creates, db, logs
 from jobstream.jobspec import JobSpec
 
 STREAMS = int(os.environ.get("BENCH_SSE_STREAMS", "10000"))
@@ -49,7 +49,7 @@ async def open_streams(url: str, count: int) -> None:
     pool = await db.create_pool(url, min_size=1, max_size=2)
     try:
         spec = JobSpec(prompt="idle", provider="simulated", max_tokens=1)
-        job_ids = [(await jobs.create(pool, "default", spec, None)).job.id for _ in range(JOBS)]
+        job_ids = [(await creates.create(pool, "default", spec, None)).job.id for _ in range(JOBS)]
     finally:
         await pool.close()
     port = _free_port()

@@ -30,7 +30,7 @@ import httpx
 from bench import queue_common as common
 from bench.postgres import durable_postgres
 from bench.server_process import wait_healthy
-from jobstream import db, jobs, logs, migrations
+from jobstream import creates, db, logs, migrations
 from jobstream.follower import Follower
 from jobstream.jobspec import JobSpec
 from jobstream.settings import Settings
@@ -152,7 +152,7 @@ async def _follow(
 
 async def _create(pool: asyncpg.Pool, prompt: str, simulate: dict[str, Any], tokens: int) -> None:
     spec = JobSpec(prompt=prompt, provider="simulated", max_tokens=tokens, simulate=simulate)
-    await jobs.create(pool, "default", spec, None)
+    await creates.create(pool, "default", spec, None)
 
 
 async def _until_finished(pool: asyncpg.Pool, *, timeout_s: float) -> None:

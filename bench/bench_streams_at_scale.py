@@ -30,7 +30,7 @@ import orjson
 from bench.bench_sse_streams import _loadavg, _raise_open_files
 from bench.bench_stream import _database, _free_port, _spawn, _stop, _until_up, throughput
 from bench.postgres import durable_postgres
-from jobstream import db, jobs, logs, sse
+from jobstream import creates, db, logs, sse
 from jobstream.jobspec import JobSpec
 
 RATE = 50.0  # tokens/s of each stream in (2)
@@ -123,7 +123,7 @@ async def many_streams(url: str, count: int, commit_ceiling: float) -> None:
             spec = JobSpec(
                 prompt=f"scale {n}", provider="simulated", max_tokens=TOKENS, simulate=simulate
             )
-            job_ids.append(str((await jobs.create(pool, "default", spec, None)).job.id))
+            job_ids.append(str((await creates.create(pool, "default", spec, None)).job.id))
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             await _until_up(client)
         followers = [_Follower(port, job_id) for job_id in job_ids]

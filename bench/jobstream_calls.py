@@ -17,7 +17,7 @@ from bench.queue_common import Enqueued, Latency
 from jobstream import claims
 from jobstream.clock import DatabaseClock
 
-# Queued jobs straight into the table, without jobs.create's status event: claiming needs none.
+# Queued jobs straight into the table, without creates.create's status event: claiming needs none.
 SEED = """
 INSERT INTO jobs (id, tenant_id, request_hash, provider, payload, max_attempts)
 SELECT gen_random_uuid(), $2, 'bench', $3, $4::jsonb, 3
@@ -83,7 +83,7 @@ async def _post_one(connection: http_load.Connection) -> int:
 
 
 async def enqueue_direct(admin_url: str, *, requests: int, callers: int) -> dict[str, Enqueued]:
-    """jobs.create in this process, from 1 and from `callers` tasks: the library call that
+    """creates.create in this process, from 1 and from `callers` tasks: the library call that
     PgQueuer's enqueue compares with, without HTTP in front of it."""
     url = await side.prepare(admin_url)
     await common.settle(url)

@@ -15,7 +15,7 @@ import orjson
 
 from bench import queue_common as common
 from bench.server_process import server_process
-from jobstream import db, jobs, migrations
+from jobstream import creates, db, migrations
 from jobstream.jobspec import JobSpec
 
 DATABASE = "queue_bench_jobstream"
@@ -85,16 +85,16 @@ async def post_batch(client: httpx.AsyncClient, size: int) -> int:
 
 
 async def create(pool: asyncpg.Pool) -> int:
-    await jobs.create(pool, TENANT, SPEC, f"bench-{uuid.uuid4()}")
+    await creates.create(pool, TENANT, SPEC, f"bench-{uuid.uuid4()}")
     return 1
 
 
 async def create_many(pool: asyncpg.Pool, count: int) -> int:
     """`count` jobs in one call, as PgQueuer's side enqueues a batch."""
-    items = [jobs.NewJob(SPEC, key) for key in keys(count)]
-    made = await jobs.create_many(pool, TENANT, items)
-    if refused := [m for m in made if not isinstance(m, jobs.Created)]:
-        raise RuntimeError(f"jobs.create_many: {len(refused)} refused, e.g. {refused[0]!r}")
+    items = [creates.NewJob(SPEC, key) for key in keys(count)]
+    made = await creates.create_many(pool, TENANT, items)
+    if refused := [m for m in made if not isinstance(m, creates.Created)]:
+        raise RuntimeError(f"creates.create_many: {len(refused)} refused, e.g. {refused[0]!r}")
     return count
 
 

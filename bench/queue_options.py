@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--producer-batch", type=int, default=100)
     parser.add_argument("--steady-via", choices=("library", "http"), default="library",
-                        help="how jobstream's steady-state producers create: jobs.create_many,"
+                        help="how jobstream's steady-state producers create: creates.create_many,"
                         " like PgQueuer's Queries.enqueue (default), or POST /api/jobs/batch"
                         " through a server process on the same machine")  # fmt: skip
     parser.add_argument("--steady-consumers", type=int, default=1,

@@ -63,7 +63,7 @@ async def _steady(
     # Like for like by default: both sides' producers call their library, `producer_batch` jobs
     # a call. Through HTTP, jobstream's server process takes about half a core of the two.
     http = batch_api and options.steady_via == "http"
-    via = "POST /api/jobs/batch" if http else "jobs.create_many"
+    via = "POST /api/jobs/batch" if http else "creates.create_many"
     consumers = f"{options.consumers} consumer process{'es' if options.consumers > 1 else ''}"
     print(
         f"\n(b) steady state, {options.steady_s:g} s: {options.producers} producers x"
@@ -111,7 +111,10 @@ async def enqueue(options: Options, admin_url: str, table: Table, batch_api: boo
         f" {options.batch_requests} calls of {options.batch_size:,} jobs"
     )
     http1, httpk = "enqueue, 1 caller (js: POST /api/jobs)", f"enqueue, {k} callers (js: POST)"
-    lib1, libk = "enqueue, 1 caller (js: jobs.create)", f"enqueue, {k} callers (js: jobs.create)"
+    lib1, libk = (
+        "enqueue, 1 caller (js: creates.create)",
+        f"enqueue, {k} callers (js: creates.create)",
+    )
     p50, p99 = f"enqueue, {k} callers (js: POST): p50", f"enqueue, {k} callers (js: POST): p99"
     batch = f"enqueue, {options.batch_size:,} a call (js: POST batch)"
     rows = [http1, httpk, p50, p99, lib1, libk, batch]
@@ -137,7 +140,7 @@ async def enqueue(options: Options, admin_url: str, table: Table, batch_api: boo
         return (
             f"POST x1 {_rate(web['http x1']) or 0:,.0f}/s, POST x{k} {many.rate:,.0f}/s"
             f" ({many.latency}), batch {_fmt_rate(batched)};"
-            f" jobs.create x1 {direct['create x1'].rate:,.0f}/s,"
+            f" creates.create x1 {direct['create x1'].rate:,.0f}/s,"
             f" x{k} {direct[f'create x{k}'].rate:,.0f}/s"
         )
 

@@ -32,14 +32,14 @@ completion, and for jobstream its event log and attempt records.
     Also printed: the cluster's WAL fsyncs meanwhile, per job (pg_stat_io, PostgreSQL 18).
 (b) steady state: one consumer process of each as in (a); `--producers` tasks in this process
     enqueue `--producer-batch` jobs a call (jobstream: POST /api/jobs/batch when the server has it,
-    else that many jobs.create calls in a row; PgQueuer: one Queries.enqueue of a list), as fast
+    else that many creates.create calls in a row; PgQueuer: one Queries.enqueue of a list), as fast
     as they can or paced to --steady-rate. Over a window of --steady-s: jobs enqueued (offered)
     and finished (done) per second, and the jobs not finished at its start and end (growing:
     the consumer cannot keep up). Unpaced, producers and consumer share the machine's cores.
 (c) enqueue rate: jobstream through a `python -m server` process: POST /api/jobs from 1 and from
     32 httpx clients (an Idempotency-Key each; 1,000 requests in all for each by default, to keep
     the whole run well under 20 minutes: --enqueue-requests), POST /api/jobs/batch of 1,000 jobs;
-    and jobs.create called in this process (with a key), which is what PgQueuer's Queries.enqueue
+    and creates.create called in this process (with a key), which is what PgQueuer's Queries.enqueue
     (1 and 32 callers, and 1,000 jobs a call; no dedupe key) compares with directly.
 (d) claim latency: one round trip of the worker's claim with 1,000 and 100,000 jobs queued
     (claims.claim_batch when this checkout has it, else claims.claim, once or 32 times in a
@@ -79,7 +79,7 @@ async def _run(options: Options, admin_url: str) -> None:
     header = await _describe(admin_url)
     print(header, flush=True)
     batch_api = await jobstream_side.probe_batch(admin_url)
-    batch_note = "yes" if batch_api else "no (404: n/a, and jobs.create is used to fill queues)"
+    batch_note = "yes" if batch_api else "no (404: n/a, and creates.create is used to fill queues)"
     claim_note = "yes" if hasattr(claims, "claim_batch") else "no (claims.claim is used)"
     notes = (f"jobstream POST /api/jobs/batch: {batch_note}\n"
              f"jobstream claims.claim_batch: {claim_note}")  # fmt: skip

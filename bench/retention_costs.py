@@ -13,9 +13,9 @@ from typing import Any
 
 from bench import queue_common as common
 from bench.retention_seed import CLOCK, PROVIDER, SPEC
-from jobstream import claims, db, jobs, migrations
+from jobstream import claims, creates, db, migrations
 from jobstream.claims import Claimed
-from jobstream.jobs import NewJob
+from jobstream.creates import NewJob
 from jobstream.sql import queries
 from jobstream.usage import Usage
 
@@ -77,7 +77,7 @@ def _insert_args(n: int) -> Callable[[], Awaitable[list[Any]]]:
     async def args() -> list[Any]:
         items = [NewJob(SPEC, f"k-{uuid.uuid4()}") for _ in range(n)]
         ids = [str(uuid.uuid4()) for _ in items]
-        return jobs.insert_args(ids, "default", items, None)
+        return creates.insert_args(ids, "default", items, None)
 
     return args
 
@@ -117,7 +117,7 @@ async def counter_costs(admin_url: str) -> list[tuple[str, Explained]]:
             await migrations.apply_schema(conn)
             await conn.execute("UPDATE tenants SET max_running = 100000")
         for _ in range(5):
-            await jobs.create_many(pool, "default", [NewJob(SPEC) for _ in range(1000)])
+            await creates.create_many(pool, "default", [NewJob(SPEC) for _ in range(1000)])
         running = await claims.claim_batch(
             pool, providers=[PROVIDER], worker_id="bench", lease_s=600, clock=CLOCK, max_jobs=16
         )

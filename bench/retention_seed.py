@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jobstream import claims, db, jobs, migrations
+from jobstream import claims, creates, db, migrations
 from jobstream.clock import DatabaseClock
-from jobstream.jobs import NewJob
+from jobstream.creates import NewJob
 from jobstream.jobspec import JobSpec
 from jobstream.types import DURATION_BUCKETS
 
@@ -98,14 +98,14 @@ async def seed(url: str, n_jobs: int, per_job: int) -> float:
     pool = await db.create_pool(url, min_size=1, max_size=4)
     try:
         for _ in range(2):
-            await jobs.create_many(pool, "default", [NewJob(SPEC) for _ in range(1000)])
+            await creates.create_many(pool, "default", [NewJob(SPEC) for _ in range(1000)])
         await claims.claim_batch(
             pool, providers=[PROVIDER], worker_id="bench-idle", lease_s=86400, clock=CLOCK,
             max_jobs=50,
         )  # fmt: skip
         # Enough queued for every claim of bench_retention's latency repeats (3,600).
         for _ in range(3):
-            await jobs.create_many(pool, "default", [NewJob(SPEC) for _ in range(1000)])
+            await creates.create_many(pool, "default", [NewJob(SPEC) for _ in range(1000)])
         await _step(pool, "vacuum analyze", "VACUUM ANALYZE")
     finally:
         await pool.close()

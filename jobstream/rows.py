@@ -1,5 +1,5 @@
-"""Typed rows: a job and its attempts as the repository (jobstream/jobs.py,
-jobstream/job_reads.py) hands them out."""
+"""Typed rows: a job and its attempts as the repository (jobstream/creates.py, jobs.py,
+job_reads.py) hands them out."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jobstream import jobs
+from jobstream import creates
 from jobstream.settings import Settings
 from server import job_body, representation, validation
 from server.auth import tenant_id
@@ -42,19 +42,19 @@ async def create_batch(request: Request) -> Response:
             errors=[{"field": "jobs", "message": f"must be a list of 1 to {MAX_ITEMS:,} jobs"}],
         )  # fmt: skip
     answers: list[dict[str, Any] | None] = [None] * len(items)
-    valid: list[tuple[int, jobs.NewJob]] = []
+    valid: list[tuple[int, creates.NewJob]] = []
     rules = SimulatedRules.of(app.settings)  # once a batch, not once an item
     for i, item in enumerate(items):
         try:
             valid.append((i, _new_job(request, app.settings, rules, item)))
         except Problem as problem:
             answers[i] = problem.body()
-    outcomes = await jobs.create_many(
+    outcomes = await creates.create_many(
         app.pool, tenant, [new for _, new in valid], clock=app.clock, announce=app.notices.announce
     )
     created = 0
     for (i, _), outcome in zip(valid, outcomes, strict=True):
-        if isinstance(outcome, jobs.Created):
+        if isinstance(outcome, creates.Created):
             created += outcome.created
             answer = representation.created(outcome.job, app.tokens)
             answer["replayed"] = not outcome.created
@@ -67,7 +67,7 @@ async def create_batch(request: Request) -> Response:
 
 def _new_job(
     request: Request, settings: Settings, rules: SimulatedRules, item: object
-) -> jobs.NewJob:
+) -> creates.NewJob:
     if not isinstance(item, dict):
         raise Problem(422, "validation", "Invalid request", "Each job must be a JSON object.")
     fields = item  # parsed for this request alone: the key is taken out in place, not a copy
@@ -84,4 +84,4 @@ def _new_job(
         simulated=rules,
         allow_private_webhooks=settings.webhook_allow_private,
     )
-    return jobs.NewJob(spec, key, reservation(request, spec))
+    return creates.NewJob(spec, key, reservation(request, spec))

@@ -6,7 +6,7 @@ The server hands its creates to one writer (jobstream/group_write.py), which sen
 arrived while its previous writes were in flight as one INSERT_JOBS per tenant: 60 to 90 µs a
 job. An idle server writes at once, so a lone create waits for nothing.
 
-Every item keeps the answer a create of its own would have had: jobs.create_many answers per
+Every item keeps the answer a create of its own would have had: creates.create_many answers per
 item, in order, with the same idempotency (two requests with one key in one statement make one
 job; the second is replayed, or refused if its body differs), budget and rate rules. A statement
 the database refuses is retried item by item, so only the item at fault sees the error.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 import asyncpg
 import structlog
 
-from jobstream import db, jobs
+from jobstream import creates, db
 from jobstream.clock import Clock
 from jobstream.group_write import GroupWriter
 
@@ -31,8 +31,8 @@ MAX_BATCH = 100
 # Statements under way at once: while one commits, the next batch is already on its way.
 WRITES_IN_FLIGHT = 2
 
-Item = tuple[str, jobs.NewJob]  # (tenant, job)
-Outcome = jobs.Created | jobs.Refusal
+Item = tuple[str, creates.NewJob]  # (tenant, job)
+Outcome = creates.Created | creates.Refusal
 # What the writer answers an item: its outcome, or the error its statement met, which the caller
 # raises as a create of its own would have (refusals are exceptions too, but returned).
 Answer = Outcome | Exception
@@ -53,15 +53,15 @@ class CreateWriter:
         )
         self._running = False
 
-    async def create(self, tenant_id: str, job: jobs.NewJob) -> Outcome:
+    async def create(self, tenant_id: str, job: creates.NewJob) -> Outcome:
         """Create `job` with the others of its turn: its job, or why it was refused (a
-        jobs.Refusal, returned); raises the database's error. Without a running writer (not
+        creates.Refusal, returned); raises the database's error. Without a running writer (not
         started, or stopped), the create is written alone."""
         if self._running:
             answer = await self._writer.submit((tenant_id, job))
         else:
             [answer] = await self._create_many([(tenant_id, job)])
-        if isinstance(answer, jobs.Created | jobs.Refusal):
+        if isinstance(answer, creates.Created | creates.Refusal):
             return answer
         raise answer
 
@@ -83,7 +83,7 @@ class CreateWriter:
 
         async def one_tenant(tenant_id: str, places: list[int]) -> None:
             try:
-                made = await jobs.create_many(
+                made = await creates.create_many(
                     self._pool, tenant_id, [items[i][1] for i in places],
                     clock=self._clock, announce=self._announce,
                 )  # fmt: skip

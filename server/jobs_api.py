@@ -13,7 +13,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jobstream import job_reads, jobs
+from jobstream import creates, job_reads, jobs
 from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound, RateLimited
 from jobstream.jobspec import JobSpec
 from jobstream.rows import JobRow
@@ -70,7 +70,7 @@ def require_json(request: Request) -> None:
         )  # fmt: skip
 
 
-def refusal_problem(refusal: jobs.Refusal) -> Problem:
+def refusal_problem(refusal: creates.Refusal) -> Problem:
     """Why a create was refused, as the problem a client reads."""
     match refusal:
         case IdempotencyConflict():
@@ -104,12 +104,14 @@ def job_spec(app: AppState, body: dict[str, Any]) -> JobSpec:
     )
 
 
-async def create(request: Request, tenant: str, spec: JobSpec, key: str | None) -> jobs.Created:
+async def create(request: Request, tenant: str, spec: JobSpec, key: str | None) -> creates.Created:
     """Create with this server's clock and notices, written together with the creates of other
     requests in flight (server/create_writer.py); a refusal is raised as its problem."""
     app = state(request)
-    outcome = await app.creates.create(tenant, jobs.NewJob(spec, key, reservation(request, spec)))
-    if isinstance(outcome, jobs.Created):
+    outcome = await app.creates.create(
+        tenant, creates.NewJob(spec, key, reservation(request, spec))
+    )
+    if isinstance(outcome, creates.Created):
         return outcome
     raise refusal_problem(outcome) from outcome
 

@@ -1,4 +1,4 @@
--- Creating jobs (jobstream/jobs.py): the insert, the workers' wake-up, and the tenant's budget and
+-- Creating jobs (jobstream/creates.py): the insert, the workers' wake-up, and the tenant's budget and
 -- create rate.
 -- `$n::timestamptz` "now" parameters may be NULL, which means the database clock:
 -- coalesce($n::timestamptz, statement_timestamp()) (jobstream/sql/__init__.py says why).
@@ -6,7 +6,7 @@
 -- name: INSERT_JOBS
 -- Create jobs, one or a batch, in one statement: the rows, their `queued` events and their
 -- reservations on the tenant's ledger (the workers' wake-up is NOTIFY_RUNNABLE, sent after).
--- $1 is a JSON array of the jobs, one object per job in request order (jobstream/jobs.py,
+-- $1 is a JSON array of the jobs, one object per job in request order (jobstream/creates.py,
 -- insert_args, names its fields): one parameter that the client encodes in one call, where
 -- thirteen arrays cost asyncpg a type check and an encoding per element, 11 µs a job of the
 -- server's time (a third of what the statement costs it). $2 is the tenant, $3 now. A tenant

@@ -10,10 +10,10 @@ from datetime import timedelta
 import asyncpg
 import orjson
 
-from jobstream import claims, jobs
+from jobstream import claims, creates
 from jobstream.claims import Claimed
 from jobstream.clock import Clock, DatabaseClock
-from jobstream.jobs import NewJob
+from jobstream.creates import NewJob
 from jobstream.jobspec import JobSpec
 from jobstream.sql import queries
 from tests.support.clock import ManualClock
@@ -29,7 +29,7 @@ async def enqueue(
             NewJob(JobSpec(prompt=f"{tenant} {i}", provider="simulated", **fields))  # type: ignore[arg-type]
             for i in range(start, min(count, start + 1000))
         ]
-        await jobs.create_many(pool, tenant, items, clock=clock)
+        await creates.create_many(pool, tenant, items, clock=clock)
 
 
 async def claim(pool: asyncpg.Pool, n: int, clock: Clock = CLOCK, who: str = "w") -> list[Claimed]:

@@ -10,7 +10,7 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import claims, jobs
+from jobstream import claims, creates
 from jobstream.attempts import Success
 from jobstream.claims import Claimed
 from jobstream.clock import DatabaseClock
@@ -34,7 +34,7 @@ async def completions(pool: asyncpg.Pool) -> AsyncIterator[Completions]:
 
 async def running(pool: asyncpg.Pool, count: int) -> list[Claimed]:
     for i in range(count):
-        await jobs.create(pool, "default", JobSpec(prompt=f"p{i}", provider="simulated"), None)
+        await creates.create(pool, "default", JobSpec(prompt=f"p{i}", provider="simulated"), None)
     return await claims.claim_batch(
         pool, providers=["simulated"], worker_id="w", lease_s=30, clock=CLOCK, max_jobs=count
     )

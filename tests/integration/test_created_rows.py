@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import asyncpg
 
-from jobstream import job_reads, jobs
+from jobstream import creates, job_reads
 from jobstream.jobspec import JobSpec
 
 # Every field a create can set, each away from its default.
@@ -33,35 +33,35 @@ FULL = JobSpec(
 )
 
 
-async def _stored(pool: asyncpg.Pool, created: jobs.Created) -> dict[str, object]:
+async def _stored(pool: asyncpg.Pool, created: creates.Created) -> dict[str, object]:
     async with pool.acquire() as conn:
         return dataclasses.asdict(await job_reads.get(conn, "default", created.job.id))
 
 
 async def test_a_created_job_is_the_row_the_database_holds(pool: asyncpg.Pool) -> None:
     # A reservation with more digits than numeric(18, 8) keeps: the answer is the stored one.
-    outcomes = await jobs.create_many(
+    outcomes = await creates.create_many(
         pool,
         "default",
         [
-            jobs.NewJob(FULL, "full-key", Decimal("0.123456789")),
-            jobs.NewJob(dataclasses.replace(FULL, webhook_url=None, delay_s=30.0)),
-            jobs.NewJob(JobSpec(prompt="plain", provider="simulated")),
+            creates.NewJob(FULL, "full-key", Decimal("0.123456789")),
+            creates.NewJob(dataclasses.replace(FULL, webhook_url=None, delay_s=30.0)),
+            creates.NewJob(JobSpec(prompt="plain", provider="simulated")),
         ],
     )
-    assert all(isinstance(o, jobs.Created) and o.created for o in outcomes)
+    assert all(isinstance(o, creates.Created) and o.created for o in outcomes)
     for outcome in outcomes:
-        assert isinstance(outcome, jobs.Created)
+        assert isinstance(outcome, creates.Created)
         assert dataclasses.asdict(outcome.job) == await _stored(pool, outcome)
     full, delayed, _ = outcomes
-    assert isinstance(full, jobs.Created) and isinstance(delayed, jobs.Created)
+    assert isinstance(full, creates.Created) and isinstance(delayed, creates.Created)
     assert delayed.job.run_after - delayed.job.created_at == timedelta(seconds=30)
     assert full.job.reserved_usd == Decimal("0.12345679")
 
 
 async def test_a_job_to_run_at_a_time_answers_that_time(pool: asyncpg.Pool) -> None:
     at = datetime(2031, 5, 4, 3, 2, 1, tzinfo=UTC) + timedelta(microseconds=5)
-    created = await jobs.create(
+    created = await creates.create(
         pool, "default", JobSpec(prompt="later", provider="simulated", run_at=at), "run-at"
     )
     assert created.job.run_after == at

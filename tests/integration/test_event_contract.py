@@ -9,7 +9,7 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import attempts, claims, events, job_reads, jobs
+from jobstream import attempts, claims, creates, events, job_reads, jobs
 from jobstream.jobspec import JobSpec
 from jobstream.usage import Usage
 from tests.support import attempt_driver as drive
@@ -20,7 +20,7 @@ USAGE = Usage(input_tokens=2, output_tokens=3, cost_usd=Decimal("0.00001"))
 
 async def create(pool: asyncpg.Pool) -> uuid.UUID:
     spec = JobSpec(prompt="p", provider="simulated")
-    created = await jobs.create(pool, "default", spec, None)
+    created = await creates.create(pool, "default", spec, None)
     job_id: uuid.UUID = created.job.id
     return job_id
 
@@ -94,7 +94,7 @@ async def test_cancel_of_a_queued_job(pool: asyncpg.Pool) -> None:
 @pytest.mark.parametrize("cancelling", [False, True])
 async def test_a_lost_attempt_ends_the_job_with_done(pool: asyncpg.Pool, cancelling: bool) -> None:
     spec = JobSpec(prompt="p", provider="simulated", max_attempts=1)
-    job_id = (await jobs.create(pool, "default", spec, None)).job.id
+    job_id = (await creates.create(pool, "default", spec, None)).job.id
     clock = ManualClock()
     held = await claims.claim(pool, providers=["simulated"], worker_id="w", lease_s=1, clock=clock)
     assert held is not None

@@ -8,7 +8,7 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import attempts, claims, jobs
+from jobstream import attempts, claims, creates, jobs
 from jobstream.attempts import Success
 from jobstream.clock import DatabaseClock
 from jobstream.errors import BudgetExceeded
@@ -35,11 +35,11 @@ async def test_budget_refuses_what_it_cannot_cover_even_under_concurrency(
 ) -> None:
     await pool.execute("UPDATE tenants SET budget_usd = 1 WHERE id = 'default'")
     outcomes = await asyncio.gather(
-        *(jobs.create(pool, "default", spec(f"p{i}"), None, reserved_usd=Decimal("0.3"))
+        *(creates.create(pool, "default", spec(f"p{i}"), None, reserved_usd=Decimal("0.3"))
           for i in range(10)),
         return_exceptions=True,
     )  # fmt: skip
-    made = [o for o in outcomes if isinstance(o, jobs.Created)]
+    made = [o for o in outcomes if isinstance(o, creates.Created)]
     refused = [o for o in outcomes if isinstance(o, BudgetExceeded)]
     assert (len(made), len(refused)) == (3, 7)
     assert await tenant_money(pool) == (Decimal("0.9"), Decimal(0))
@@ -49,7 +49,7 @@ async def test_budget_refuses_what_it_cannot_cover_even_under_concurrency(
 async def test_success_charges_the_accepted_price_once_and_frees_the_reservation(
     pool: asyncpg.Pool,
 ) -> None:
-    await jobs.create(pool, "default", spec(), None, reserved_usd=Decimal("0.5"))
+    await creates.create(pool, "default", spec(), None, reserved_usd=Decimal("0.5"))
     held = await claims.claim(pool, providers=["simulated"], worker_id="w", lease_s=30, clock=CLOCK)
     assert held is not None
     await attempts.accept(pool, Success(held, "text", Usage(3, 4, Decimal("0.2"))), CLOCK)
@@ -60,7 +60,7 @@ async def test_success_charges_the_accepted_price_once_and_frees_the_reservation
 
 @pytest.mark.parametrize("end", ["cancel_queued", "permanent_failure", "cancel_running"])
 async def test_every_other_end_releases_the_reservation(pool: asyncpg.Pool, end: str) -> None:
-    created = await jobs.create(pool, "default", spec(), None, reserved_usd=Decimal("0.5"))
+    created = await creates.create(pool, "default", spec(), None, reserved_usd=Decimal("0.5"))
     job_id = created.job.id
     assert await tenant_money(pool) == (Decimal("0.5"), Decimal(0))
     if end == "cancel_queued":

@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from jobstream import jobs
+from jobstream import creates
 from jobstream.follower import Follower
 from jobstream.jobspec import JobSpec
 from tests.support import attempt_driver as drive
@@ -161,7 +161,7 @@ async def test_a_dead_job_and_its_retry_each_send_one_terminal_webhook(
     # Made by the library: the API refuses a loopback webhook target unless told to allow it.
     body = delayed(5)
     spec = JobSpec(provider="simulated", webhook_url="http://127.0.0.1:9/hook", **body)
-    job_id = str((await jobs.create(pool, "default", spec, None)).job.id)
+    job_id = str((await creates.create(pool, "default", spec, None)).job.id)
     await die(pool, uuid.UUID(job_id), drive.count_tokens(0, 2))
     assert (await client.post(f"/api/jobs/{job_id}/retry")).is_success
     # Whatever job the retry queued runs and succeeds: its webhook is its own.

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import asyncpg
 
-from jobstream import claims, jobs
+from jobstream import claims, creates
 from jobstream.claims import Claimed
 from jobstream.clock import DatabaseClock
 from jobstream.jobspec import JobSpec
@@ -31,7 +31,7 @@ async def race(pool: asyncpg.Pool) -> list[Claimed]:
 async def add_jobs(pool: asyncpg.Pool, tenant: str, count: int) -> None:
     for i in range(count):
         spec = JobSpec(prompt=f"{tenant} {i}", provider="simulated")
-        await jobs.create(pool, tenant, spec, str(uuid.uuid4()))
+        await creates.create(pool, tenant, spec, str(uuid.uuid4()))
 
 
 async def test_racing_claims_never_run_more_than_the_tenants_limit(
@@ -61,8 +61,8 @@ async def test_claims_and_creates_of_one_tenant_never_deadlock(wide_pool: asyncp
     await wide_pool.execute("UPDATE tenants SET max_running = 1000 WHERE id = 'default'")
     await add_jobs(wide_pool, "default", 6)
     for _ in range(3):
-        creates = [
-            jobs.create(
+        making = [
+            creates.create(
                 wide_pool, "default", JobSpec(prompt="more", provider="simulated"),
                 str(uuid.uuid4()), reserved_usd=Decimal("0.001"),
             )
@@ -74,5 +74,5 @@ async def test_claims_and_creates_of_one_tenant_never_deadlock(wide_pool: asyncp
             )
             for i in range(CLAIMERS // 2)
         ]
-        results = await asyncio.gather(*creates, *claiming, return_exceptions=True)
+        results = await asyncio.gather(*making, *claiming, return_exceptions=True)
         assert not [r for r in results if isinstance(r, BaseException)]

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import asyncpg
 
-from jobstream import jobs
+from jobstream import creates
 from jobstream.jobspec import JobSpec
 from jobstream.settings import Settings
 from tests.support.fake_openai import RequestRecord
@@ -63,7 +63,9 @@ async def create_openai_job(
     request = ProviderRequest(prompt=prompt, model=None, max_tokens=spec.max_tokens, attempt=1)
     async with OpenAIProvider(settings) as provider:
         reservation = provider.estimate_cost(request, spec.max_tokens)
-    created = await jobs.create(pool, "default", spec, str(uuid.uuid4()), reserved_usd=reservation)
+    created = await creates.create(
+        pool, "default", spec, str(uuid.uuid4()), reserved_usd=reservation
+    )
     job_id: uuid.UUID = created.job.id
     return job_id
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from jobstream import events, job_reads, jobs
+from jobstream import creates, events, job_reads
 from jobstream.events import Event
 from jobstream.jobspec import JobSpec
 from jobstream.settings import Settings
@@ -47,7 +47,7 @@ def manual_clock() -> ManualClock:
 async def create_job(pool: asyncpg.Pool, **fields: Any) -> uuid.UUID:
     fields.setdefault("prompt", "tell me a story")
     fields.setdefault("provider", "simulated")
-    created = await jobs.create(pool, "default", JobSpec(**fields), str(uuid.uuid4()))
+    created = await creates.create(pool, "default", JobSpec(**fields), str(uuid.uuid4()))
     job_id: uuid.UUID = created.job.id
     return job_id
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from jobstream.jobs import _new_ids
+from jobstream.creates import _new_ids
 
 
 def test_new_ids_are_distinct_version_4_uuids_in_canonical_text() -> None:
