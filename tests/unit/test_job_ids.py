@@ -1,24 +1,29 @@
-"""The ids a create gives its jobs: random version-4 UUIDs in their canonical text."""
+"""The ids a create gives its jobs: version-7 UUIDs (time, then random bits) in canonical text."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from jobstream.creates import _new_ids
 
 
-def test_new_ids_are_distinct_version_4_uuids_in_canonical_text() -> None:
+def test_new_ids_are_distinct_version_7_uuids_in_canonical_text_and_ascending() -> None:
+    before_ms = time.time_ns() // 1_000_000
     ids = _new_ids(10_000)
+    after_ms = time.time_ns() // 1_000_000
     assert len(set(ids)) == len(ids)
-    # Every bit outside the version and variant varies: none is stuck at 0 or 1.
+    assert ids == sorted(ids)  # one batch's ids ascend: its index entries go side by side
+    # Every random bit varies: none is stuck at 0 or 1.
     seen_set = 0
     seen_clear = 0
     for text in ids:
         parsed = uuid.UUID(text)
-        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+        assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
         assert str(parsed) == text
+        assert before_ms <= parsed.int >> 80 <= after_ms  # the leading 48 bits: milliseconds
         seen_set |= parsed.int
         seen_clear |= ~parsed.int
-    fixed = (0xF << 76) | (0x3 << 62)  # the version's 4 bits and the variant's 2
-    everything = (1 << 128) - 1
-    assert (seen_set & seen_clear & everything) == everything & ~fixed
+    random_bits = ((1 << 80) - 1) & ~((0xF << 76) | (0x3 << 62))  # less version and variant
+    assert (seen_set & seen_clear & random_bits) == random_bits
+
