@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import math
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -24,6 +25,7 @@ from server.problems import Problem, not_found
 from server.responses import json_response
 from server.simulated_rules import SimulatedRules
 from server.state import AppState, state
+from worker.providers.base import Provider
 
 log = structlog.get_logger(__name__)
 
@@ -109,7 +111,7 @@ async def create(request: Request, tenant: str, spec: JobSpec, key: str | None) 
     requests in flight (server/create_writer.py); a refusal is raised as its problem."""
     app = state(request)
     outcome = await app.creates.create(
-        tenant, creates.NewJob(spec, key, reservation(request, spec))
+        tenant, creates.NewJob(spec, key, reservation(app.providers, spec))
     )
     if isinstance(outcome, creates.Created):
         return outcome
@@ -136,9 +138,9 @@ def log_created(job: JobRow) -> None:
     )  # fmt: skip
 
 
-def reservation(request: Request, spec: JobSpec) -> Decimal:
+def reservation(providers: Mapping[str, Provider], spec: JobSpec) -> Decimal:
     """The most one attempt of this job can cost: what its budget must hold until it ends."""
-    provider = state(request).providers.get(spec.provider)
+    provider = providers.get(spec.provider)
     if provider is None:
         raise Problem(
             422, "validation", "Invalid request", f"Provider {spec.provider!r} is not configured.",

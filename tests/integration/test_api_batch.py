@@ -8,6 +8,8 @@ from typing import Any
 import asyncpg
 import httpx
 
+from server.batch_api import CHUNK
+
 PROBLEM_TYPES = {"budget": "/problems/budget-exhausted", "rate": "/problems/rate-limited"}
 
 
@@ -43,6 +45,28 @@ async def test_a_bad_item_refuses_itself_and_the_others_are_created_in_order(
     # Each made job reads as any other, its first event written.
     got = await client.get(last["poll_url"])
     assert got.json()["last_seq"] == 1 and got.json()["prompt"] == "last"
+
+
+async def test_a_batch_of_several_chunks_answers_every_item_in_its_place(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    count = 2 * CHUNK + 7  # three statements, the last one short
+    items: list[Any] = [job(f"p{i}", key=f"c{i}") for i in range(count)]
+    bad = {0, CHUNK - 1, CHUNK, count - 1}  # at the ends of chunks: the valid ones shift
+    for i in bad:
+        items[i] = job("", max_tokens=0)
+    items[CHUNK + 3] = job("p1", key="c1")  # the second chunk repeats an item of the first
+    results = await batch(client, *items)
+    rows = await pool.fetch("SELECT id, payload->>'prompt' AS prompt FROM jobs")
+    made = {str(r["id"]): r["prompt"] for r in rows}
+    for i, result in enumerate(results):
+        if i in bad:
+            assert result["status"] == 422, i
+        elif i == CHUNK + 3:
+            assert result["replayed"] is True and result["id"] == results[1]["id"]
+        else:
+            assert result["replayed"] is False and made[result["id"]] == f"p{i}", i
+    assert len(made) == count - len(bad) - 1
 
 
 async def test_replays_conflicts_and_duplicates_within_a_batch(
