@@ -26,4 +26,3 @@ def test_new_ids_are_distinct_version_7_uuids_in_canonical_text_and_ascending() 
         seen_clear |= ~parsed.int
     random_bits = ((1 << 80) - 1) & ~((0xF << 76) | (0x3 << 62))  # less version and variant
     assert (seen_set & seen_clear & random_bits) == random_bits
-
