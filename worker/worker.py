@@ -119,7 +119,10 @@ class Worker:
                     self._url,
                     s.db_connect_timeout_s,
                     lambda: db.create_pool(
-                        self._url, min_size=s.db_pool_min, max_size=s.db_pool_max
+                        self._url,
+                        min_size=s.db_pool_min,
+                        max_size=s.db_pool_max,
+                        generic_plans=True,
                     ),
                 )
             listener = asyncio.create_task(self._listener.run(), name=f"listener:{self.worker_id}")
