@@ -207,13 +207,16 @@ async def _insert_chunks(
     places = range(0)  # the items of the statement in flight
     try:
         for chunk in chunks:  # made while the statement of the chunk before runs
-            if writing is not None:
-                _written(made, places, await writing)
+            rows = await writing if writing is not None else None
+            written = places
             places, ids = made.add(chunk)
             args = insert_args(ids, made.tenant_id, chunk, now)
             writing = asyncio.ensure_future(conn.fetch(queries.INSERT_JOBS, *args))
-            # The task's first step sends a prepared statement; then the next chunk is made.
+            # The task's first step sends a prepared statement; then the rows of the statement
+            # before are read, and the next chunk made, while this one runs.
             await asyncio.sleep(0)
+            if rows is not None:
+                _written(made, written, rows)
         if writing is not None:
             _written(made, places, await writing)
     finally:
