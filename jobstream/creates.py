@@ -108,9 +108,13 @@ async def create_batch(
     *,
     clock: Clock | None = None,
     announce: Callable[[Iterable[str]], None] | None = None,
+    on_created: Callable[[int, Created], None] | None = None,
 ) -> list[Created | Refusal]:
     """create_many for a batch still being made: the jobs of every chunk, in one transaction,
-    one statement a chunk; the answers come in the order of the chunks' items.
+    one statement a chunk; the answers come in the order of the chunks' items. `on_created` is
+    told of each new job (its item's place, its outcome) as soon as its chunk's rows are read,
+    while later chunks are written: a server builds its answers meanwhile. A call that then
+    fails has made none of them.
 
     Each chunk is taken from `chunks` while the statement of the one before runs, so whatever
     makes a chunk (a server validating a request's items) works while PostgreSQL writes. One
@@ -118,7 +122,9 @@ async def create_batch(
     then the database's 45 ms of writing. The transaction keeps the batch whole: a batch that
     fails midway has made none of its jobs.
     """
-    return await _create(pool, tenant_id, chunks, clock, announce, atomic=True)
+    return await _create(
+        pool, tenant_id, chunks, clock, announce, atomic=True, on_created=on_created
+    )
 
 
 async def _create(
@@ -129,9 +135,10 @@ async def _create(
     announce: Callable[[Iterable[str]], None] | None,
     *,
     atomic: bool,
+    on_created: Callable[[int, Created], None] | None = None,
 ) -> list[Created | Refusal]:
     now = clock.now() if clock is not None else None
-    made = _Made(tenant_id)
+    made = _Made(tenant_id, on_created)
     async with (
         pool.acquire() as conn,
         conn.transaction() if atomic else contextlib.nullcontext(),
@@ -164,8 +171,11 @@ class _Made:
     is refused, None while its key's job is still to be read (or it waits for the locked path,
     its place in `held`)."""
 
-    def __init__(self, tenant_id: str) -> None:
+    def __init__(
+        self, tenant_id: str, on_created: Callable[[int, Created], None] | None = None
+    ) -> None:
         self.tenant_id = tenant_id
+        self.on_created = on_created
         self.items: list[NewJob] = []
         self.ids: list[str] = []
         self.outcomes: list[Created | Refusal | None] = []
@@ -189,14 +199,17 @@ class _Made:
             row = by_id.get(self.ids[i])
             if row is not None:
                 item = self.items[i]
-                self.outcomes[i] = Created(
+                created = Created(
                     JobRow.inserted(
                         row, self.tenant_id, item.idempotency_key, item.request_hash,
                         item.payload, item.spec,
                     ),
                     created=True,
                 )  # fmt: skip
+                self.outcomes[i] = created
                 self.providers.add(row["provider"])
+                if self.on_created is not None:
+                    self.on_created(i, created)
 
 
 async def _insert_chunks(

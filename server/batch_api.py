@@ -47,17 +47,22 @@ async def create_batch(request: Request) -> Response:
         )  # fmt: skip
     answers: list[dict[str, Any] | None] = [None] * len(items)
     places: list[int] = []  # the valid items, in order
+
+    def answer(place: int, outcome: creates.Created) -> None:
+        body = representation.created(outcome.job, app.tokens)
+        body["replayed"] = not outcome.created
+        answers[places[place]] = body
+
     outcomes = await creates.create_batch(
         app.pool, tenant, _checked(app, items, answers, places),
-        clock=app.clock, announce=app.notices.announce,
+        clock=app.clock, announce=app.notices.announce, on_created=answer,
     )  # fmt: skip
     created = 0
-    for i, outcome in zip(places, outcomes, strict=True):
+    for place, (i, outcome) in enumerate(zip(places, outcomes, strict=True)):
         if isinstance(outcome, creates.Created):
             created += outcome.created
-            answer = representation.created(outcome.job, app.tokens)
-            answer["replayed"] = not outcome.created
-            answers[i] = answer
+            if not outcome.created:  # a replay: known once the batch's keys were read
+                answer(place, outcome)
         else:
             answers[i] = refusal_problem(outcome).body()
     log.info("jobs_created", tenant_id=tenant, items=len(items), created=created)

@@ -37,9 +37,17 @@ async def test_items_across_chunks_are_answered_in_order_with_duplicates_resolve
     items[12] = new("p1", "k1")  # chunk 2 repeats chunk 1's item: the same job
     items[21] = new("another body", "k2")  # and another body under chunk 1's key
     items[22] = new("no key")
-    outcomes = await creates.create_batch(pool, "default", chunked(items, 10))
+    told: dict[int, creates.Created] = {}
+    outcomes = await creates.create_batch(
+        pool, "default", chunked(items, 10), on_created=told.__setitem__
+    )
 
     assert len(outcomes) == len(items)
+    # Told of every new job, each once, at its place: not of replays, duplicates or refusals.
+    made_here = {
+        i: o for i, o in enumerate(outcomes) if isinstance(o, creates.Created) and o.created
+    }
+    assert told == made_here and len(told) == 22
     made = await prompts(pool)
     conflict = outcomes[21]
     assert isinstance(conflict, IdempotencyConflict)
