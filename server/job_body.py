@@ -210,10 +210,7 @@ def plain_spec(
         simulate = {}
     elif type(simulate) is not dict or not _plain_simulate(simulate):
         return None
-    timeout_s = float(timeout_s)
-    if simulated.refusals(
-        provider=provider, simulate=simulate, max_tokens=max_tokens, timeout_s=timeout_s
-    ):
+    if not simulated.allows_plain(provider=provider, simulate=simulate, max_tokens=max_tokens):
         return None
     return JobSpec(
         prompt=prompt,
@@ -223,7 +220,7 @@ def plain_spec(
         priority=priority,
         max_attempts=max_attempts,
         retry_unknown=retry_unknown,
-        timeout_s=timeout_s,
+        timeout_s=float(timeout_s),
         metadata=metadata,
         simulate=simulate,
     )

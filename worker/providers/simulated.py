@@ -108,14 +108,19 @@ class Simulation:
 
     @property
     def run_s(self) -> float:
-        """How long an attempt without faults takes: the first-token delay, then a pause
-        between each two tokens."""
-        pauses = max(self.tokens - 1, 0) / self.tokens_per_second if self.tokens_per_second else 0
-        return self.first_token_delay_s + pauses
+        """How long an attempt without faults takes."""
+        return run_seconds(self.tokens, self.tokens_per_second, self.first_token_delay_s)
 
     def fault_for(self, attempt: int) -> Fault | None:
         """The first fault listed for this attempt, if any."""
         return next((f for f in self.faults if f.attempt == attempt), None)
+
+
+def run_seconds(tokens: int, tokens_per_second: float, first_token_delay_s: float) -> float:
+    """How long an attempt of `tokens` without faults takes: the first-token delay, then a
+    pause between each two tokens (none at 0 tokens a second)."""
+    pauses = max(tokens - 1, 0) / tokens_per_second if tokens_per_second else 0
+    return first_token_delay_s + pauses
 
 
 def _number(raw: Mapping[str, Any], key: str, default: Num, kind: type[Num]) -> Num:
