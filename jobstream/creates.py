@@ -233,11 +233,12 @@ async def _insert_chunks(
         if writing is not None:
             _written(made, places, await writing)
     finally:
-        if writing is not None and not writing.done():
-            # Making a chunk failed: the statement ends before the connection is used again.
-            await asyncio.wait([writing])
+        if writing is not None:
+            if not writing.done():
+                # Making a chunk failed: the statement ends before the connection is used again.
+                await asyncio.wait([writing])
             if not writing.cancelled():
-                writing.exception()  # retrieved: the chunk's error is the one that counts
+                writing.exception()  # retrieved: the error that ended the loop is the one raised
 
 
 def _written(made: _Made, places: range, rows: Sequence[asyncpg.Record]) -> None:
