@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 import asyncpg
+import structlog
 
 from jobstream.clock import Clock
 from jobstream.db import Conn
@@ -23,11 +22,16 @@ from jobstream.errors import (
     JobstreamError,
     RateLimited,
 )
+from jobstream.job_ids import new_ids
 from jobstream.jobspec import JobSpec
 from jobstream.rows import JobRow
 from jobstream.sql import queries
 
+log = structlog.get_logger(__name__)
+
 _NOTHING = Decimal(0)
+# Tries of a batch whose transaction PostgreSQL aborted to break a deadlock.
+BATCH_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -120,11 +124,33 @@ async def create_batch(
     makes a chunk (a server validating a request's items) works while PostgreSQL writes. One
     statement for a whole batch of 1,000 left each idle in turn: the server's 32 ms of checks,
     then the database's 45 ms of writing. The transaction keeps the batch whole: a batch that
-    fails midway has made none of its jobs.
+    fails midway has made none of its jobs. A try that PostgreSQL aborts to break a deadlock
+    (two batches taking the same keys in opposite orders) is made again, whole, up to
+    BATCH_TRIES: `on_created` may then have heard of jobs of the aborted try, and the outcomes
+    returned are the ones that count.
     """
-    return await _create(
-        pool, tenant_id, chunks, clock, announce, atomic=True, on_created=on_created
-    )
+    read: list[Sequence[NewJob]] = []
+    unread = iter(chunks)
+
+    def again() -> Iterator[Sequence[NewJob]]:
+        """The chunks an earlier try read, then the rest, kept for a later try."""
+        yield from list(read)
+        for chunk in unread:
+            read.append(chunk)
+            yield chunk
+
+    for tries_left in reversed(range(BATCH_TRIES)):
+        try:
+            return await _create(
+                pool, tenant_id, again(), clock, announce, atomic=True, on_created=on_created
+            )
+        except asyncpg.DeadlockDetectedError:
+            # Two batches took the same keys in opposite orders, and PostgreSQL aborted this
+            # one's transaction: it made nothing, so it is written again, whole.
+            if not tries_left:
+                raise
+            log.warning("create_batch_deadlock", tenant_id=tenant_id, tries_left=tries_left)
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 async def _create(
@@ -185,7 +211,7 @@ class _Made:
     def add(self, chunk: Sequence[NewJob]) -> tuple[range, list[str]]:
         """Take in a chunk: its items' places, and their new ids."""
         start = len(self.items)
-        ids = _new_ids(len(chunk))
+        ids = new_ids(len(chunk))
         self.items.extend(chunk)
         self.ids.extend(ids)
         self.outcomes.extend([None] * len(chunk))
@@ -259,33 +285,6 @@ async def _create_held(conn: Conn, made: _Made, now: datetime | None) -> None:
     made.inserted(held, rows)
     for j, refusal in refused.items():
         made.outcomes[held[j]] = refusal
-
-
-def _new_ids(count: int) -> list[str]:
-    """`count` version-7 UUIDs (RFC 9562: the time in milliseconds, then 74 random bits), as
-    text, in ascending order, from one read of the system's randomness.
-
-    Time-ordered, not random (version 4): a new job's entries in the primary keys of jobs,
-    job_events and attempts then go to the right-hand pages, which are in memory, where random
-    ids spread them over the whole index. A batch of 1,000 cost PostgreSQL 5 % less CPU.
-    The order of an id says when its job was made, to the millisecond, and nothing more.
-    Text, not uuid.UUID: building a uuid.UUID takes 2.5 us and its str() 2.5 more, 5 us of the
-    server's time for each job of a batch. The database parses the text, and the ids it hands
-    back (asyncpg's own UUID type, whose str() takes 0.2 us) are matched by their text."""
-    millis = (time.time_ns() // 1_000_000).to_bytes(6, "big")
-    raw = bytearray(os.urandom(16 * count))
-    for at in range(0, 16 * count, 16):
-        raw[at : at + 6] = millis
-        raw[at + 6] = raw[at + 6] & 0x0F | 0x70  # version 7
-        raw[at + 8] = raw[at + 8] & 0x3F | 0x80  # the RFC 9562 variant
-    h = raw.hex()
-    ids = [
-        f"{h[i : i + 8]}-{h[i + 8 : i + 12]}-{h[i + 12 : i + 16]}-{h[i + 16 : i + 20]}-"
-        f"{h[i + 20 : i + 32]}"
-        for i in range(0, 32 * count, 32)
-    ]
-    ids.sort()  # one millisecond: ordered by their random bits, so the batch's ids ascend
-    return ids
 
 
 def insert_args(

@@ -131,3 +131,18 @@ async def test_the_batch_itself_must_be_a_list_of_1_to_1000_jobs(
         response = await client.post("/api/jobs/batch", json=bad)
         assert response.status_code == 422, bad
         assert response.json()["errors"][0]["field"] == "jobs"
+
+
+async def test_batches_with_the_same_keys_in_opposite_orders_both_succeed(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    # Each batch's first chunk takes keys the other's second chunk needs: two transactions
+    # waiting on each other, which PostgreSQL ends by aborting one of them.
+    count = CHUNK + 50
+    forward = [job(f"p{i}", key=f"both-{i}") for i in range(count)]
+    answers = await asyncio.gather(batch(client, *forward), batch(client, *forward[::-1]))
+    first, second = answers[0], answers[1][::-1]
+    for i in range(count):
+        assert first[i]["id"] == second[i]["id"], i
+        assert first[i]["replayed"] is not second[i]["replayed"], i
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == count

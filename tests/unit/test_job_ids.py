@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 import uuid
 
-from jobstream.creates import _new_ids
+from jobstream.job_ids import new_ids
 
 
 def test_new_ids_are_distinct_version_7_uuids_in_canonical_text_and_ascending() -> None:
     before_ms = time.time_ns() // 1_000_000
-    ids = _new_ids(10_000)
+    ids = new_ids(10_000)
     after_ms = time.time_ns() // 1_000_000
     assert len(set(ids)) == len(ids)
     assert ids == sorted(ids)  # one batch's ids ascend: its index entries go side by side
