@@ -139,7 +139,8 @@ async def create_batch(
             read.append(chunk)
             yield chunk
 
-    for tries_left in reversed(range(BATCH_TRIES)):
+    tries = 1
+    while True:
         try:
             return await _create(
                 pool, tenant_id, again(), clock, announce, atomic=True, on_created=on_created
@@ -147,10 +148,12 @@ async def create_batch(
         except asyncpg.DeadlockDetectedError:
             # Two batches took the same keys in opposite orders, and PostgreSQL aborted this
             # one's transaction: it made nothing, so it is written again, whole.
-            if not tries_left:
+            if tries == BATCH_TRIES:
                 raise
-            log.warning("create_batch_deadlock", tenant_id=tenant_id, tries_left=tries_left)
-    raise AssertionError("unreachable: the last try returns or raises")
+            log.warning(
+                "create_batch_deadlock", tenant_id=tenant_id, tries_left=BATCH_TRIES - tries
+            )
+            tries += 1
 
 
 async def _create(
