@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 import asyncpg
@@ -30,6 +30,7 @@ from jobstream.sql import queries
 log = structlog.get_logger(__name__)
 
 _NOTHING = Decimal(0)
+_USD_STEP = Decimal("1e-8")
 # Tries of a batch whose transaction PostgreSQL aborted to break a deadlock.
 BATCH_TRIES = 3
 
@@ -53,7 +54,9 @@ class NewJob:
     ) -> None:
         self.spec = spec
         self.idempotency_key = idempotency_key
-        self.reserved_usd = reserved_usd
+        # As jobs.reserved_usd (numeric(18, 8), which rounds half away from zero) will hold it:
+        # the budget check, the insert and the answer all use the stored amount.
+        self.reserved_usd = reserved_usd.quantize(_USD_STEP, ROUND_HALF_UP)
         self.request_hash = spec.request_hash()  # same key + same hash = the same job
         # What jobs.payload stores: built once, for the insert and for the answer's row.
         self.payload = spec.payload()
@@ -231,12 +234,12 @@ class _Made:
                 created = Created(
                     JobRow.inserted(
                         row, self.tenant_id, item.idempotency_key, item.request_hash,
-                        item.payload, item.spec,
+                        item.payload, item.spec, item.reserved_usd,
                     ),
                     created=True,
                 )  # fmt: skip
                 self.outcomes[i] = created
-                self.providers.add(row["provider"])
+                self.providers.add(item.spec.provider)
                 if self.on_created is not None:
                     self.on_created(i, created)
 

@@ -77,16 +77,18 @@ class JobRow:
         request_hash: str,
         payload: dict[str, Any],
         spec: JobSpec,
+        reserved_usd: Decimal,
     ) -> JobRow:
-        """A job just created: what INSERT_JOBS returned of it (what the database set), and the
-        rest as the insert wrote it. tests/integration/test_created_rows.py holds it equal to the
-        stored row."""
+        """A job just created: the times INSERT_JOBS returned of it (what the database set), and
+        the rest as the insert wrote it: queued, its log at seq 1, `reserved_usd` (already as
+        numeric(18, 8) holds it) reserved. tests/integration/test_created_rows.py holds it equal
+        to the stored row."""
+        created_at = r["created_at"]
         return cls(
-            r["id"], tenant_id, idempotency_key, request_hash, r["status"], spec.priority,
-            r["provider"], payload, spec.metadata, None, None, 0, spec.max_attempts, None,
-            r["run_after"], None, r["last_seq"], spec.webhook_url, r["estimate_usd"],
-            r["reserved_usd"], None, None, None, spec.retain_s, None, r["created_at"], None, None,
-            r["updated_at"],
+            r["id"], tenant_id, idempotency_key, request_hash, "queued", spec.priority,
+            spec.provider, payload, spec.metadata, None, None, 0, spec.max_attempts, None,
+            r["run_after"], None, 1, spec.webhook_url, reserved_usd, reserved_usd, None, None,
+            None, spec.retain_s, None, created_at, None, None, created_at,
         )  # fmt: skip
 
 
