@@ -31,6 +31,9 @@ MAX_ITEMS = 1000
 # Items a statement writes. Smaller chunks start the database sooner and leave less of the answer
 # waiting for the last statement; each costs a statement's fixed share.
 CHUNK = 250
+# The batch's last items go in a statement of their own: the answer waits for the last statement
+# alone, while every earlier one runs as the server checks the next chunk.
+TAIL = 50
 
 
 async def create_batch(request: Request) -> Response:
@@ -80,7 +83,11 @@ def _checked(
     database writes the one before."""
     rules = SimulatedRules.of(app.settings)  # once a batch, not once an item
     chunk: list[creates.NewJob] = []
+    tail_starts = len(items) - TAIL
     for i, item in enumerate(items):
+        if i == tail_starts and chunk:
+            yield chunk
+            chunk = []
         try:
             chunk.append(_new_job(app, rules, item))
         except Problem as problem:

@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from server.batch_api import CHUNK
+from server.batch_api import CHUNK, TAIL
 
 PROBLEM_TYPES = {"budget": "/problems/budget-exhausted", "rate": "/problems/rate-limited"}
 
@@ -50,9 +50,10 @@ async def test_a_bad_item_refuses_itself_and_the_others_are_created_in_order(
 async def test_a_batch_of_several_chunks_answers_every_item_in_its_place(
     client: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
-    count = 2 * CHUNK + 7  # three statements, the last one short
+    count = 2 * CHUNK + 7  # three statements: a chunk, a short one, and the last TAIL items
     items: list[Any] = [job(f"p{i}", key=f"c{i}") for i in range(count)]
-    bad = {0, CHUNK - 1, CHUNK, count - 1}  # at the ends of chunks: the valid ones shift
+    # At the ends of chunks and of the tail: the valid ones shift.
+    bad = {0, CHUNK - 1, CHUNK, count - TAIL - 1, count - TAIL, count - 1}
     for i in bad:
         items[i] = job("", max_tokens=0)
     items[CHUNK + 3] = job("p1", key="c1")  # the second chunk repeats an item of the first
