@@ -11,7 +11,7 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import creates
+from jobstream import creates, job_reads
 from jobstream.errors import IdempotencyConflict
 from jobstream.jobspec import JobSpec
 from server.create_writer import CreateWriter
@@ -141,8 +141,11 @@ async def test_every_field_is_stored_exactly_as_given(pool: asyncpg.Pool) -> Non
         creates.NewJob(later, None, Decimal("12.5")),
     ]
     outcomes = await creates.create_many(pool, "default", items)
-    made = [o.job for o in outcomes if isinstance(o, creates.Created)]
-    assert len(made) == 2
+    created = [o.job for o in outcomes if isinstance(o, creates.Created)]
+    assert len(created) == 2
+    # Read back: the create's answer is built from what it sent (JobRow.inserted).
+    async with pool.acquire() as conn:
+        made = [await job_reads.get(conn, "default", job.id) for job in created]
     first, second = made
     assert first.payload == rich.payload() and first.metadata == rich.metadata
     assert first.idempotency_key == "key " + odd and first.request_hash == items[0].request_hash
