@@ -4,8 +4,9 @@
 -- coalesce($n::timestamptz, statement_timestamp()) (jobstream/sql/__init__.py says why).
 
 -- name: INSERT_JOBS
--- Create jobs, one or a batch, in one statement: the rows, their `queued` events and their
--- reservations on the tenant's ledger (the workers' wake-up is NOTIFY_RUNNABLE, sent after).
+-- Create jobs, one or a batch, in one statement: the rows and their reservations on the
+-- tenant's ledger (the workers' wake-up is NOTIFY_RUNNABLE, sent after). A job's log opens
+-- with its `queued` event at seq 1 (last_seq 1), which has no row: the job_log view gives it.
 -- $1 is a JSON array of the jobs, one object per job in request order (jobstream/creates.py,
 -- insert_args, names its fields): one parameter that the client encodes in one call, where
 -- thirteen arrays cost asyncpg a type check and an encoding per element, 11 µs a job of the
@@ -41,9 +42,6 @@ WITH tenant AS (
      ORDER BY n.ord
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING *
-), logged AS (
-    INSERT INTO job_events (job_id, seq, attempt, type, data)
-    SELECT id, 1, 0, 'status', '{"status": "queued"}'::jsonb FROM inserted
 ), booked AS (
     -- Sorted by shard: two batches of one tenant lock its shards in the same order.
     INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)

@@ -30,8 +30,9 @@ WITH bumped AS (
 SELECT last_seq, pg_notify('jobstream_events', $1::text || ':' || last_seq) FROM bumped
 
 -- name: EVENTS_AFTER
+-- From job_log, not job_events: a new job's seq 1 has no row (schema.sql says why).
 SELECT seq, type, attempt, data, created_at
-  FROM job_events
+  FROM job_log
  WHERE job_id = $1 AND seq > $2
  ORDER BY seq
  LIMIT $3
@@ -43,7 +44,7 @@ SELECT c.job_id, e.seq, e.type, e.attempt, e.data, e.created_at
   FROM unnest($1::uuid[], $2::bigint[]) AS c(job_id, after)
  CROSS JOIN LATERAL (
        SELECT seq, type, attempt, data, created_at
-         FROM job_events
+         FROM job_log
         WHERE job_id = c.job_id AND seq > c.after
         ORDER BY seq
         LIMIT $3) AS e

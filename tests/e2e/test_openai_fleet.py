@@ -235,7 +235,7 @@ async def test_three_workers_fifty_jobs_limit_pause_ledger_and_metrics(
     assert values[("jobstream_lease_expirations_total", ())] == 0
     assert values[("jobstream_queue_wait_seconds_count", ())] == len(prompts)
     assert values[("jobstream_run_duration_seconds_count", ())] == len(attempts_rows)
-    events = await pool.fetchval("SELECT count(*) FROM job_events")
+    events = await pool.fetchval("SELECT count(*) FROM job_log")
     assert values[("jobstream_events_appended_total", ())] == events
 
 

@@ -99,7 +99,7 @@ async def test_concurrent_duplicate_batches_make_each_job_once(
         assert len({answer[i]["id"] for answer in answers}) == 1
         assert sum(not answer[i]["replayed"] for answer in answers) == 1
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 50
-    assert await pool.fetchval("SELECT count(*) FROM job_events") == 50
+    assert await pool.fetchval("SELECT count(*) FROM job_log") == 50
 
 
 async def test_budget_and_rate_refuse_the_items_past_them_and_not_replays(

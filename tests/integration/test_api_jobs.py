@@ -67,7 +67,7 @@ async def test_twenty_concurrent_duplicates_make_one_job(
     assert sorted(r.status_code for r in responses) == [200] * 19 + [202]
     assert len({r.json()["id"] for r in responses}) == 1
     assert await job_count(pool) == 1
-    events = await pool.fetchval("SELECT count(*) FROM job_events")
+    events = await pool.fetchval("SELECT count(*) FROM job_log")
     assert events == 1  # one `queued` status event, not twenty
 
 
@@ -284,7 +284,7 @@ async def test_cancel_of_a_queued_job_is_immediate_and_idempotent(
     assert again.status_code == 200
     assert again.json()["status"] == "cancelled"
     types = await pool.fetch(
-        "SELECT type, data->>'status' AS status FROM job_events WHERE job_id = $1 ORDER BY seq",
+        "SELECT type, data->>'status' AS status FROM job_log WHERE job_id = $1 ORDER BY seq",
         uuid.UUID(job["id"]),
     )
     assert [(r["type"], r["status"]) for r in types] == [

@@ -57,7 +57,7 @@ async def test_a_batch_claims_a_tenants_jobs_by_priority_then_age(pool: asyncpg.
     # Each claimed job's log opens with its attempt, as for a single claim.
     for h in held:
         types = await pool.fetch(
-            "SELECT type, data FROM job_events WHERE job_id = $1 ORDER BY seq", h.job_id
+            "SELECT type, data FROM job_log WHERE job_id = $1 ORDER BY seq", h.job_id
         )
         assert [r["type"] for r in types] == ["status", "reset", "status"]
         assert types[1]["data"] == {"attempt": 1, "reason": "first attempt"}

@@ -64,7 +64,7 @@ async def test_one_fenced_out_attempt_leaves_the_others_successes_whole(
             continue
         assert job["status"] == "succeeded" and job["result"]["text"] == f"text {i}"
         log = await pool.fetch(
-            "SELECT seq, type, data FROM job_events WHERE job_id = $1 ORDER BY seq", h.job_id
+            "SELECT seq, type, data FROM job_log WHERE job_id = $1 ORDER BY seq", h.job_id
         )
         # Gap-free, and the last chunk, usage and done in that order at the end.
         assert [r["seq"] for r in log] == list(range(1, job["last_seq"] + 1))

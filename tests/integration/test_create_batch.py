@@ -60,7 +60,7 @@ async def test_items_across_chunks_are_answered_in_order_with_duplicates_resolve
     assert str(outcomes[12].job.id) == str(outcomes[1].job.id)  # type: ignore[union-attr]
     # 25 items less a replay, a duplicate and a conflict, plus the job made before.
     assert len(made) == 23
-    assert await pool.fetchval("SELECT count(*) FROM job_events") == 23
+    assert await pool.fetchval("SELECT count(*) FROM job_log") == 23
 
 
 async def test_a_batch_whose_making_fails_midway_makes_no_job(pool: asyncpg.Pool) -> None:

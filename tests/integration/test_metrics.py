@@ -60,7 +60,7 @@ async def test_metrics_parse_and_match_the_tables_after_a_mixed_run(
     assert values[("jobstream_provider_cost_usd_total", (("provider", "simulated"),))] == float(
         cost
     )
-    events = await pool.fetchval("SELECT count(*) FROM job_events")
+    events = await pool.fetchval("SELECT count(*) FROM job_log")
     assert values[("jobstream_events_appended_total", ())] == events
     assert values[("jobstream_queue_wait_seconds_count", ())] == 4
     assert values[("jobstream_run_duration_seconds_bucket", (("le", "600"),))] == 4

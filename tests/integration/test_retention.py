@@ -81,7 +81,7 @@ async def test_a_compacted_log_reads_from_zero_as_the_result_and_inside_a_range_
         )
     assert (batch.jobs, batch.rows) == (1, 2 + 3 + 3 + 1)
     log = await pool.fetch(
-        "SELECT seq, type, attempt, data FROM job_events WHERE job_id = $1 ORDER BY seq", job_id
+        "SELECT seq, type, attempt, data FROM job_log WHERE job_id = $1 ORDER BY seq", job_id
     )
     tokens = [(r["seq"], r["attempt"], r["data"]) for r in log if r["type"] == "token"]
     assert tokens == [
@@ -262,7 +262,7 @@ async def test_counters_keep_their_values_when_history_is_deleted(
     clock.advance(2)
     done = await janitor.run_round()
     assert done is not None and done.deleted == 3
-    assert await pool.fetchval("SELECT count(*) FROM job_events") == 1  # the queued job's
+    assert await pool.fetchval("SELECT count(*) FROM job_log") == 1  # the queued job's
     after = samples((await client.get("/metrics")).text)
     # Only the janitor's own figures moved, and the age of the job still queued.
     moving = ("jobstream_janitor_", "jobstream_oldest_queued_age")
@@ -270,8 +270,9 @@ async def test_counters_keep_their_values_when_history_is_deleted(
     assert {name for name in changed if not name[0].startswith(moving)} == set()
     assert after[("jobstream_janitor_jobs_deleted_total", ())] == 3
     assert after[("jobstream_janitor_jobs_compacted_total", ())] == 3
-    # Jobs, attempts, and events: the retried job's 22 less the 11 compaction folded away.
-    assert after[("jobstream_janitor_rows_deleted_total", ())] == 3 + 4 + (22 - 11) + 2 * 6
+    # Jobs, attempts, and the stored events: each log less its seq 1, which has no row (the
+    # job_log view), and the retried job's less the 11 compaction folded away.
+    assert after[("jobstream_janitor_rows_deleted_total", ())] == 3 + 4 + (22 - 1 - 11) + 2 * 5
     assert after[("jobstream_janitor_lag_seconds", (("stage", "delete"),))] == 0
 
 
