@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 import structlog
 
+from jobstream.allowances import Allowance
 from jobstream.clock import Clock
 from jobstream.db import Conn
 from jobstream.errors import (
@@ -336,22 +337,13 @@ async def _create_checked(
 ) -> tuple[list[asyncpg.Record], dict[int, Refusal]]:
     """The locked path: the tenant's budget and create rate, checked item by item in order.
     Returns the rows made and the refusals, by the item's place in `items`."""
-    tenant = await conn.fetchrow(queries.TENANT_FOR_CREATE, tenant_id)
-    assert tenant is not None  # INSERT_JOBS found it
+    allowance = await Allowance.locked(conn, tenant_id, now)
     keys = [item.idempotency_key for item in items if item.idempotency_key is not None]
     # Replays cost nothing and count for nothing: the rows behind them exist already.
     seen = {
         r["idempotency_key"]
         for r in (await conn.fetch(queries.SELECT_JOBS_BY_KEYS, tenant_id, keys) if keys else [])
     }
-    rate_room: int | None = None
-    frees_in_s = 0.0
-    if tenant["create_rate_per_min"] is not None:
-        window = await conn.fetchrow(queries.TENANT_RECENT_CREATES, tenant_id, now)
-        assert window is not None
-        rate_room = tenant["create_rate_per_min"] - window["recent"]
-        frees_in_s = max(1.0, window["frees_in_s"])
-    budget_left: Decimal | None = await conn.fetchval(queries.TENANT_BUDGET_LEFT, tenant_id)
     refused: dict[int, Refusal] = {}
     admitted: list[int] = []
     keys_admitted: set[str] = set()
@@ -360,25 +352,14 @@ async def _create_checked(
         if key is not None and (key in seen or key in keys_admitted):
             admitted.append(i)  # a replay, or a duplicate within this batch: no new row
             continue
-        if rate_room is not None and rate_room <= 0:
-            per_min = tenant["create_rate_per_min"]
-            refused[i] = RateLimited(
-                f"at most {per_min} jobs a minute may be created", retry_after_s=frees_in_s
-            )
-            continue
-        if budget_left is not None and item.reserved_usd > budget_left:
-            left = max(budget_left, Decimal(0))
-            refused[i] = BudgetExceeded(
-                f"the job may cost up to ${item.reserved_usd:.6f}; ${left:.6f} of budget is left"
-            )
+        refusal = allowance.refusal(item.reserved_usd)
+        if refusal is not None:
+            refused[i] = refusal
             continue
         admitted.append(i)
         if key is not None:
             keys_admitted.add(key)
-        if rate_room is not None:
-            rate_room -= 1
-        if budget_left is not None:
-            budget_left -= item.reserved_usd
+        allowance.take(item.reserved_usd)
     if not admitted:
         return [], refused
     chosen = [items[i] for i in admitted]

@@ -8,19 +8,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
-from decimal import Decimal
 
 import asyncpg
 
 from jobstream import events, job_reads, ledger, outbox
+from jobstream.allowances import Allowance
 from jobstream.clock import Clock
-from jobstream.db import Conn
-from jobstream.errors import (
-    BudgetExceeded,
-    JobNotFound,
-    RateLimited,
-)
+from jobstream.errors import JobNotFound
 from jobstream.events import NewEvent
 from jobstream.job_reads import Snapshot
 from jobstream.rows import JobRow
@@ -108,32 +102,13 @@ async def retry_dead(
             if earlier is None:
                 return Retried(job, None)
             return Retried(job, await job_reads.read(conn, JobRow.of(earlier)))
-        await _check_limits(conn, tenant_id, job.estimate_usd, now)
+        # An operator's retry counts as a create: the same budget and rate.
+        refusal = (await Allowance.locked(conn, tenant_id, now)).refusal(job.estimate_usd)
+        if refusal is not None:
+            raise refusal
         row = await conn.fetchrow(queries.RETRY_DEAD, job_id, uuid.uuid4(), now)
         assert row is not None  # the row is locked, dead and not retried
         return Retried(job, await job_reads.read(conn, JobRow.of(row)), created=True)
-
-
-async def _check_limits(conn: Conn, tenant_id: str, amount: Decimal, now: datetime | None) -> None:
-    """Raise if the tenant's budget cannot hold `amount` or its create rate is used up."""
-    tenant = await conn.fetchrow(queries.TENANT_FOR_CREATE, tenant_id)
-    assert tenant is not None  # its job exists
-    per_min = tenant["create_rate_per_min"]
-    if per_min is not None:
-        window = await conn.fetchrow(queries.TENANT_RECENT_CREATES, tenant_id, now)
-        assert window is not None
-        if window["recent"] >= per_min:
-            raise RateLimited(
-                f"at most {per_min} jobs a minute may be created",
-                retry_after_s=max(1.0, window["frees_in_s"]),
-            )
-    if tenant["budget_usd"] is not None:
-        left: Decimal = await conn.fetchval(queries.TENANT_BUDGET_LEFT, tenant_id)
-        if amount > left:
-            raise BudgetExceeded(
-                f"the job may cost up to ${amount:.6f}; ${max(left, Decimal(0)):.6f} of budget"
-                " is left"
-            )
 
 
 async def delete_finished(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID) -> bool:
