@@ -115,8 +115,14 @@ WITH input AS (
            events_ended = m.events_ended + EXCLUDED.events_ended,
            run_counts = add_counts(m.run_counts, EXCLUDED.run_counts),
            run_s = m.run_s + EXCLUDED.run_s
+), notified AS (
+    -- One NOTIFY for up to 100 jobs, as APPEND_TOKENS_MANY sends (jobstream/sql/tokens.sql).
+    SELECT pg_notify('jobstream_events', string_agg(id::text || ':' || last_seq, ','))
+      FROM (SELECT id, last_seq, (row_number() OVER () - 1) / 100 AS page FROM done) d
+     GROUP BY page
 )
-SELECT id, last_seq, pg_notify('jobstream_events', id::text || ':' || last_seq) FROM done
+-- Reads `notified`, so that it runs (a CTE that changes nothing runs only when read).
+SELECT id, last_seq, (SELECT count(*) FROM notified) AS notices FROM done
 
 -- name: REQUEUE_JOB
 -- Back to the queue for another attempt. run_token is cleared so the old attempt is fenced out.

@@ -10,13 +10,14 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import claims, creates
+from jobstream import attempts, claims, creates
 from jobstream.attempts import Success
 from jobstream.claims import Claimed
 from jobstream.clock import DatabaseClock
 from jobstream.errors import Fenced
 from jobstream.jobspec import JobSpec
 from jobstream.usage import Usage
+from tests.support.polling import eventually
 from worker.completions import Completions
 
 CLOCK = DatabaseClock()
@@ -94,3 +95,36 @@ async def test_a_success_the_database_refuses_fails_alone(
         await pool.fetchval("SELECT status FROM jobs WHERE id = $1", h.job_id) for h in held
     ]
     assert statuses == ["succeeded", "running", "succeeded"]
+
+
+async def test_claims_and_successes_notify_once_per_hundred_jobs(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    # "id:seq,id:seq,..." as a token write sends: a NOTIFY a job was a sixth of a statement's
+    # time; a payload holds at most 8,000 bytes, so a hundred jobs a notification.
+    await pool.execute("UPDATE tenants SET max_running = 150 WHERE id = 'default'")
+    heard: list[str] = []
+    listener = await asyncpg.connect(database_url)
+    try:
+        await listener.add_listener("jobstream_events", lambda *args: heard.append(args[3]))
+        held = await running(pool, 150)
+        assert len(held) == 150
+        seqs = {h.job_id: await pool.fetchval("SELECT last_seq FROM jobs WHERE id = $1", h.job_id)
+                for h in held}  # fmt: skip
+        await eventually(lambda: _copy(heard), lambda got: len(got) >= 2, what="the claim's")
+        claimed, heard[:] = list(heard), []
+        await attempts.accept_many(pool, [Success(h, "done", USAGE) for h in held], CLOCK)
+        await eventually(lambda: _copy(heard), lambda got: len(got) >= 2, what="the success's")
+        succeeded = list(heard)
+    finally:
+        await listener.close()
+    rows = await pool.fetch("SELECT id, last_seq FROM jobs WHERE id = ANY($1)", list(seqs))
+    ended = {row["id"]: row["last_seq"] for row in rows}
+    for notices, expected in ((claimed, seqs), (succeeded, ended)):
+        assert sorted(len(n.split(",")) for n in notices) == [50, 100]
+        named = dict(item.split(":") for n in notices for item in n.split(","))
+        assert named == {str(job): str(seq) for job, seq in expected.items()}
+
+
+async def _copy(values: list[str]) -> list[str]:
+    return list(values)
