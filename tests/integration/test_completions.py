@@ -4,6 +4,7 @@ attempts, each fenced on its own."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from decimal import Decimal
 
@@ -109,8 +110,7 @@ async def test_claims_and_successes_notify_once_per_hundred_jobs(
         await listener.add_listener("jobstream_events", lambda *args: heard.append(args[3]))
         held = await running(pool, 150)
         assert len(held) == 150
-        seqs = {h.job_id: await pool.fetchval("SELECT last_seq FROM jobs WHERE id = $1", h.job_id)
-                for h in held}  # fmt: skip
+        seqs = await _last_seqs(pool, [h.job_id for h in held])
         await eventually(lambda: _copy(heard), lambda got: len(got) >= 2, what="the claim's")
         claimed, heard[:] = list(heard), []
         await attempts.accept_many(pool, [Success(h, "done", USAGE) for h in held], CLOCK)
@@ -118,12 +118,16 @@ async def test_claims_and_successes_notify_once_per_hundred_jobs(
         succeeded = list(heard)
     finally:
         await listener.close()
-    rows = await pool.fetch("SELECT id, last_seq FROM jobs WHERE id = ANY($1)", list(seqs))
-    ended = {row["id"]: row["last_seq"] for row in rows}
+    ended = await _last_seqs(pool, list(seqs))
     for notices, expected in ((claimed, seqs), (succeeded, ended)):
         assert sorted(len(n.split(",")) for n in notices) == [50, 100]
         named = dict(item.split(":") for n in notices for item in n.split(","))
         assert named == {str(job): str(seq) for job, seq in expected.items()}
+
+
+async def _last_seqs(pool: asyncpg.Pool, job_ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
+    rows = await pool.fetch("SELECT id, last_seq FROM jobs WHERE id = ANY($1)", job_ids)
+    return {row["id"]: row["last_seq"] for row in rows}
 
 
 async def _copy(values: list[str]) -> list[str]:
