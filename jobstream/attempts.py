@@ -77,19 +77,24 @@ async def accept_many(pool: asyncpg.Pool, successes: Sequence[Success], clock: C
     """
     by_job = {s.held.job_id: i for i, s in enumerate(successes)}
     usages = [s.usage for s in successes]
-    rows = await pool.fetch(
-        queries.SUCCEED_ATTEMPTS,
-        [s.held.job_id for s in successes],
-        [s.held.run_token for s in successes],
-        [{"text": s.text, "usage": u.to_json()} for s, u in zip(successes, usages, strict=True)],
-        [s.held.attempt for s in successes],
-        [u.input_tokens for u in usages],
-        [u.output_tokens for u in usages],
-        [u.cost_usd for u in usages],
-        [u.cost_known for u in usages],
-        [s.last_chunk for s in successes],
-        clock.now(),
-    )
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            queries.SUCCEED_ATTEMPTS,
+            [s.held.job_id for s in successes],
+            [s.held.run_token for s in successes],
+            [
+                {"text": s.text, "usage": u.to_json()}
+                for s, u in zip(successes, usages, strict=True)
+            ],
+            [s.held.attempt for s in successes],
+            [u.input_tokens for u in usages],
+            [u.output_tokens for u in usages],
+            [u.cost_usd for u in usages],
+            [u.cost_known for u in usages],
+            [s.last_chunk for s in successes],
+            clock.now(),
+        )
+        await events.announce(conn, [(row["id"], row["last_seq"]) for row in rows])
     return {by_job[row["id"]] for row in rows}
 
 
@@ -226,9 +231,9 @@ async def reap_expired(pool: asyncpg.Pool, clock: Clock, batch: int = 50) -> int
     """
     async with pool.acquire() as conn, conn.transaction():
         rows = await conn.fetch(queries.SELECT_EXPIRED, clock.now(), batch)
-        # Regression: two reapers whose batches met the same tenants in opposite orders
-        # deadlocked, and one of them claimed nothing that round (queries.SELECT_EXPIRED).
-        for job in sorted(rows, key=lambda row: (row["tenant_id"], row["ledger_shard"])):
+        # In tenant order, as every writer of tenant_ledger (ledger.sql). Regression: two
+        # reapers whose batches met the same ledger rows in opposite orders deadlocked.
+        for job in sorted(rows, key=lambda row: row["tenant_id"]):
             job_id, attempt = job["id"], job["attempts"]
             expired = {"class": "lost", "message": "lease expired: the worker stopped renewing it"}
             await _finish_attempt(conn, job_id, attempt, "lost", clock, error=expired)

@@ -10,10 +10,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 
+from jobstream import events
 from jobstream.clock import Clock
+from jobstream.db import Conn
 from jobstream.jobspec import AttemptSpec
 from jobstream.sql import queries
 
@@ -113,29 +116,13 @@ async def _claim_once(
     max_jobs: int,
 ) -> list[Claimed]:
     now = clock.now()
-    async with pool.acquire() as conn, conn.transaction():
-        locked: list[str] = []
-        if limits:
-            rows = await conn.fetch(queries.LOCK_PROVIDERS, sorted(limits), now)
-            locked = [row["provider"] for row in rows]
-        jobs = await conn.fetch(
-            queries.CLAIM_JOBS,
-            unlimited,
-            worker_id,
-            lease_s,
-            now,
-            locked,
-            [limits[name] for name in locked],
-            full_tenants,
-            max_jobs,
-        )
-        if not jobs:
-            return []
-        tenants = sorted({job["tenant_id"] for job in jobs})
-        await conn.execute(queries.LOCK_CLAIMED_TENANTS, tenants, now)
-        over = [row["id"] for row in await conn.fetch(queries.TENANTS_OVER_LIMIT, tenants)]
-        if over:
-            raise _TenantsFull(over)  # rolls the whole claim back
+    async with pool.acquire() as conn:
+        async with conn.transaction():
+            jobs = await _claim(
+                conn, unlimited, limits, full_tenants, worker_id, lease_s, now, max_jobs
+            )
+        # After the commit: their attempts' logs opened (queries.NOTIFY_EVENTS says why).
+        await events.announce(conn, [(job["id"], job["last_seq"]) for job in jobs])
     return [
         Claimed(
             job_id=job["id"],
@@ -149,3 +136,39 @@ async def _claim_once(
         )
         for job in jobs
     ]
+
+
+async def _claim(
+    conn: Conn,
+    unlimited: list[str],
+    limits: Mapping[str, int],
+    full_tenants: list[str],
+    worker_id: str,
+    lease_s: float,
+    now: datetime | None,
+    max_jobs: int,
+) -> list[asyncpg.Record]:
+    """The claim's statements, inside the caller's transaction."""
+    locked: list[str] = []
+    if limits:
+        rows = await conn.fetch(queries.LOCK_PROVIDERS, sorted(limits), now)
+        locked = [row["provider"] for row in rows]
+    jobs = await conn.fetch(
+        queries.CLAIM_JOBS,
+        unlimited,
+        worker_id,
+        lease_s,
+        now,
+        locked,
+        [limits[name] for name in locked],
+        full_tenants,
+        max_jobs,
+    )
+    if not jobs:
+        return []
+    tenants = sorted({job["tenant_id"] for job in jobs})
+    await conn.execute(queries.LOCK_CLAIMED_TENANTS, tenants, now)
+    over = [row["id"] for row in await conn.fetch(queries.TENANTS_OVER_LIMIT, tenants)]
+    if over:
+        raise _TenantsFull(over)  # rolls the whole claim back
+    return jobs

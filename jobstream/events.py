@@ -10,12 +10,15 @@ from typing import Any
 
 import asyncpg
 import orjson
+import structlog
 
 from jobstream import sse
-from jobstream.db import Conn, Queryable
+from jobstream.db import DISCONNECTS, Conn, Queryable
 from jobstream.errors import Fenced
 from jobstream.sql import queries
 from jobstream.types import EventType
+
+log = structlog.get_logger(__name__)
 
 # A single read returns at most this many events; readers page on with the cursor.
 READ_LIMIT = 1000
@@ -90,6 +93,20 @@ async def append(
     if last_seq is None:
         raise Fenced(f"job {job_id}: run_token {run_token} no longer holds the job")
     return int(last_seq)
+
+
+async def announce(conn: Queryable, grown: Sequence[tuple[uuid.UUID, int]]) -> None:
+    """Tell the logs' followers, after the commit that grew them: (job id, its last seq) each.
+
+    Never raises for a lost connection: what it announces is committed, and a follower whose
+    NOTIFY is lost finds the events at its hub's next recheck (queries.NOTIFY_EVENTS).
+    """
+    if not grown:
+        return
+    try:
+        await conn.execute(queries.NOTIFY_EVENTS, [j for j, _ in grown], [s for _, s in grown])
+    except DISCONNECTS as exc:
+        log.warning("notify_lost", jobs=len(grown), error=str(exc) or type(exc).__name__)
 
 
 async def read_after(

@@ -3,8 +3,8 @@
 A job's reservation is booked by the statement that creates it (queries.INSERT_JOBS), its charge
 by the one that accepts its result (queries.SUCCEED_ATTEMPTS); the release here runs inside the
 transaction that changes the job's status, so the ledger and the job never disagree (DESIGN.md
-§4.7). The ledger is sharded by job (schema.sql, tenant_ledger):
-the jobs of one tenant finishing at once do not queue behind one row.
+§4.7). Each connection books on its own row of the tenant (jobstream/sql/ledger.sql): the
+jobs of one tenant finishing at once on several connections do not queue behind one row.
 """
 
 from __future__ import annotations

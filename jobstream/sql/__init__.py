@@ -54,6 +54,7 @@ class Queries:
     TENANT_RECENT_CREATES: str
     # events.sql
     APPEND_EVENTS: str
+    NOTIFY_EVENTS: str
     EVENTS_AFTER: str
     EVENTS_AFTER_MANY: str
     JOB_PROGRESS: str

@@ -7,8 +7,8 @@
 -- Accept attempts' results, one or many (a worker's successes of one tick), in one statement and
 -- one commit: fenced on each run token, it ends each job, closes its attempt, appends its last
 -- events (the final token chunk if any, `usage`, `done`), charges the accepted price once and
--- frees the reservation on the job's ledger shard, writes the webhook outbox row, and notifies
--- followers. Every CTE acts only through `done`: a fenced-out attempt changes nothing, the others
+-- frees the reservation on the tenant's ledger (ledger.sql), and writes the webhook outbox row; the
+-- followers' NOTIFY follows the commit (NOTIFY_EVENTS says why). Every CTE acts only through `done`: a fenced-out attempt changes nothing, the others
 -- still land, and the rows returned name the jobs that were accepted. The events are built here
 -- from the result, not sent: `usage` is the result's, `done` carries the whole result. `counted`
 -- adds to the metrics' counters (metrics.sql): jobs accepted, what they were charged, their
@@ -40,8 +40,7 @@ WITH input AS (
        AND j.id = ANY($1::uuid[]) AND old.id = j.id
     RETURNING j.id, j.tenant_id, j.status, j.attempts, j.finished_at, j.result, j.error,
               j.webhook_url, j.last_seq, i.attempt, i.input_tokens, i.output_tokens, i.cost,
-              i.cost_known, i.last_chunk, old.reserved_usd AS held,
-              get_byte(uuid_send(j.id), 15) % 16 AS shard
+              i.cost_known, i.last_chunk, old.reserved_usd AS held
 ), closed AS (
     UPDATE job_attempts a
        SET outcome = 'succeeded', finished_at = done.finished_at,
@@ -64,19 +63,15 @@ WITH input AS (
     SELECT id, last_seq, attempt, 'done',
            jsonb_build_object('status', 'succeeded', 'result', result)
       FROM done
-), money AS (
-    SELECT tenant_id, shard, sum(held) AS held, sum(cost) AS cost
-      FROM done
-     GROUP BY tenant_id, shard
 ), charged AS (
-    -- In (tenant, shard) order, as every writer of the ledger: no two wait on each other in a
-    -- cycle. The row's reservation is never below what its jobs held (schema.sql).
-    INSERT INTO tenant_ledger AS l (tenant_id, shard, spent_usd)
-    SELECT tenant_id, shard, cost FROM money ORDER BY tenant_id, shard
+    -- One row per tenant, in tenant order, as every writer of the ledger (ledger.sql).
+    INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd, spent_usd)
+    SELECT tenant_id, pg_backend_pid() % 16, -sum(held), sum(cost)
+      FROM done
+     GROUP BY tenant_id
+     ORDER BY tenant_id
     ON CONFLICT (tenant_id, shard) DO UPDATE
-       SET reserved_usd = l.reserved_usd - (SELECT m.held FROM money m
-                                             WHERE m.tenant_id = l.tenant_id
-                                               AND m.shard = l.shard),
+       SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd,
            spent_usd = l.spent_usd + EXCLUDED.spent_usd
 ), hooked AS (
     INSERT INTO webhook_deliveries (job_id, event, url, payload, next_attempt_at)
@@ -115,14 +110,8 @@ WITH input AS (
            events_ended = m.events_ended + EXCLUDED.events_ended,
            run_counts = add_counts(m.run_counts, EXCLUDED.run_counts),
            run_s = m.run_s + EXCLUDED.run_s
-), notified AS (
-    -- One NOTIFY for up to 100 jobs, as APPEND_TOKENS_MANY sends (jobstream/sql/tokens.sql).
-    SELECT pg_notify('jobstream_events', string_agg(id::text || ':' || last_seq, ','))
-      FROM (SELECT id, last_seq, (row_number() OVER () - 1) / 100 AS page FROM done) d
-     GROUP BY page
 )
--- Reads `notified`, so that it runs (a CTE that changes nothing runs only when read).
-SELECT id, last_seq, (SELECT count(*) FROM notified) AS notices FROM done
+SELECT id, last_seq FROM done
 
 -- name: REQUEUE_JOB
 -- Back to the queue for another attempt. run_token is cleared so the old attempt is fenced out.

@@ -69,7 +69,7 @@ RETURNING provider
 -- - `claimed`: a fresh run_token (the fence for every later write) and a lease for each; the
 --   attempt row, and the `reset` and `status` events that open the attempt's log, are written
 --   by the same statement, which allocates their seqs (last_seq + 2) under the row lock the
---   UPDATE holds. One NOTIFY per 100 jobs (`notified`) tells their followers.
+--   UPDATE holds. Their followers are told after the commit (NOTIFY_EVENTS says why).
 -- - `counted`: the metrics' counters (metrics.sql): the attempts it started, the retries among
 --   them, and the first attempts' waits since their job's creation.
 WITH RECURSIVE queues AS (
@@ -224,15 +224,9 @@ WITH RECURSIVE queues AS (
            retries = m.retries + EXCLUDED.retries,
            queue_wait_counts = add_counts(m.queue_wait_counts, EXCLUDED.queue_wait_counts),
            queue_wait_s = m.queue_wait_s + EXCLUDED.queue_wait_s
-), notified AS (
-    -- One NOTIFY for up to 100 jobs, as APPEND_TOKENS_MANY sends (jobstream/sql/tokens.sql).
-    SELECT pg_notify('jobstream_events', string_agg(id::text || ':' || last_seq, ','))
-      FROM (SELECT id, last_seq, (row_number() OVER () - 1) / 100 AS page FROM claimed) c
-     GROUP BY page
 )
 SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,
-       -- Read, so that `notified` runs (a CTE that changes nothing runs only when read).
-       (SELECT count(*) FROM notified) AS notices
+       last_seq
   FROM claimed
 
 -- name: LOCK_CLAIMED_TENANTS

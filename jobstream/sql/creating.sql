@@ -43,13 +43,12 @@ WITH tenant AS (
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING *
 ), booked AS (
-    -- Sorted by shard: two batches of one tenant lock its shards in the same order.
+    -- One row: the tenant's on this backend's shard (ledger.sql).
     INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
-    SELECT $2, get_byte(uuid_send(id), 15) % 16, sum(reserved_usd)
+    SELECT $2, pg_backend_pid() % 16, sum(reserved_usd)
       FROM inserted
      WHERE reserved_usd > 0
-     GROUP BY 2
-     ORDER BY 2
+    HAVING count(*) > 0
     ON CONFLICT (tenant_id, shard) DO UPDATE
        SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
 ), counted AS (

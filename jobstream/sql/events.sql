@@ -29,6 +29,21 @@ WITH bumped AS (
 )
 SELECT last_seq, pg_notify('jobstream_events', $1::text || ':' || last_seq) FROM bumped
 
+-- name: NOTIFY_EVENTS
+-- Tell followers that jobs' logs grew ($1 jobs, $2 their last seqs): one NOTIFY per 100 jobs (a
+-- payload holds at most 8,000 bytes; an item "<uuid>:<seq>," at most 57). Sent by the claim and
+-- the successes after their commit, as a statement of its own (jobstream/events.py, announce):
+-- a transaction that notifies holds a cluster-wide lock from its commit until the commit is
+-- durable, so the commits of every notifying writer queued one behind another, each waiting
+-- for its own WAL flush: in a drain by two worker processes, a fifth of the successes' samples
+-- in pg_stat_activity waited on it (`Lock object`). This statement writes nothing, so its
+-- commit waits for no flush. A NOTIFY lost to a crash between the two is late by the hub's
+-- recheck (JOBSTREAM_HUB_RECHECK_S).
+SELECT count(pg_notify('jobstream_events', p.items))
+  FROM (SELECT string_agg(n.job_id::text || ':' || n.seq, ',') AS items
+          FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS n (job_id, seq, k)
+         GROUP BY (n.k - 1) / 100) p
+
 -- name: EVENTS_AFTER
 -- From job_log, not job_events: a new job's seq 1 has no row (schema.sql says why).
 SELECT seq, type, attempt, data, created_at

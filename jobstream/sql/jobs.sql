@@ -47,7 +47,7 @@ RETURNING *, pg_notify('jobstream_cancel', id::text)
 -- name: RETRY_DEAD
 -- An operator's second chance for a dead job ($1): a new job ($2) that asks for the same work,
 -- queued from now with a fresh set of attempts, its own log (opened by a `queued` status naming
--- `retry_of`) and its own reservation of the same estimate on its own ledger shard. The dead
+-- `retry_of`) and its own reservation of the same estimate (on this backend's ledger row, as every booking). The dead
 -- job stays dead, its log ends with its one `done`; it only gains `retried_as`. Run under the
 -- dead job's row lock (jobs.retry_dead): one retry per job. No idempotency key: the create's key
 -- still names the dead job, which now links to this one.
@@ -75,7 +75,7 @@ WITH old AS (
       FROM created
 ), booked AS (
     INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
-    SELECT tenant_id, get_byte(uuid_send(id), 15) % 16, reserved_usd
+    SELECT tenant_id, pg_backend_pid() % 16, reserved_usd
       FROM created
      WHERE reserved_usd > 0
     ON CONFLICT (tenant_id, shard) DO UPDATE

@@ -39,9 +39,7 @@ SELECT m.run_token, r.status, r.cancel_requested_at
 
 -- name: SELECT_EXPIRED
 -- Leases that ran out: their worker died or lost the database. Locked one batch at a time.
--- `ledger_shard`: the reaper settles its batch in (tenant, shard) order, the order every writer
--- of tenant_ledger keeps, so that two reapers never wait on each other's shards in a cycle.
-SELECT *, get_byte(uuid_send(id), 15) % 16 AS ledger_shard
+SELECT *
   FROM jobs
  WHERE status IN ('running', 'cancelling')
    AND lease_until < coalesce($1::timestamptz, statement_timestamp())

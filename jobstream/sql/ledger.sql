@@ -1,8 +1,14 @@
 -- Money (jobstream/ledger.py): reserve at create (INSERT_JOBS), charge once on success
--- (SUCCEED_ATTEMPTS, attempts.sql), release on any other end. A job books on tenant_ledger's
--- shard get_byte(uuid_send(id), 15) % 16 (a v4 uuid's last byte is random): its reservation,
--- charge and release meet on one row, so no shard goes negative, and jobs of one tenant
--- finishing at once mostly write different rows.
+-- (SUCCEED_ATTEMPTS, attempts.sql), release on any other end. Every booking goes to the
+-- tenant's shard pg_backend_pid() % 16, the writing connection's, not the job's: a job's
+-- reservation and its release may land on different rows, so a row's reserved_usd may be
+-- negative and only the tenant's sum (tenant_balances) means anything. Booked by job id, a
+-- success statement of 64 jobs wrote all 16 rows of the tenant, and so did the next one on
+-- another connection: the second waited for the first's commit, and with two worker processes
+-- the successes spent a third of their time in that wait (Lock transactionid in
+-- pg_stat_activity). Connections now write different rows, but for the one in 16 pairs whose
+-- process ids meet. A statement writes one row per tenant, in tenant order (the reaper's
+-- batches too), so no two writers wait on each other in a cycle.
 
 -- name: RELEASE_RESERVATION
 WITH job AS (
@@ -10,9 +16,9 @@ WITH job AS (
        SET reserved_usd = 0
       FROM jobs old
      WHERE j.id = $1 AND old.id = j.id AND j.reserved_usd > 0
-    RETURNING j.tenant_id, get_byte(uuid_send(j.id), 15) % 16 AS shard, old.reserved_usd AS held
+    RETURNING j.tenant_id, old.reserved_usd AS held
 )
-UPDATE tenant_ledger l
-   SET reserved_usd = l.reserved_usd - job.held
-  FROM job
- WHERE l.tenant_id = job.tenant_id AND l.shard = job.shard
+-- An upsert: this backend's row of the tenant may not exist yet.
+INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
+SELECT tenant_id, pg_backend_pid() % 16, -held FROM job
+ON CONFLICT (tenant_id, shard) DO UPDATE SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd

@@ -8,7 +8,7 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import attempts, claims, creates, jobs
+from jobstream import attempts, claims, creates, db, jobs
 from jobstream.attempts import Success
 from jobstream.clock import DatabaseClock
 from jobstream.errors import BudgetExceeded
@@ -80,3 +80,49 @@ async def test_every_other_end_releases_the_reservation(pool: asyncpg.Pool, end:
             await jobs.cancel(pool, "default", job_id, CLOCK)
             await attempts.confirm_cancel(pool, held, None, CLOCK, provider_confirmed=True)
     assert await tenant_money(pool) == (Decimal(0), Decimal(0))
+
+
+async def one_connection_pool(database_url: str, *, not_shard: int) -> asyncpg.Pool:
+    """A pool of one connection whose ledger row (pg_backend_pid() % 16) is not `not_shard`."""
+    while True:
+        single = await db.create_pool(database_url, min_size=1, max_size=1)
+        if await single.fetchval("SELECT pg_backend_pid() % 16") != not_shard:
+            return single
+        await single.close()
+
+
+async def test_a_success_does_not_wait_for_another_connections_booking(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    # Regression: bookings went to the job's shard, so a success of 64 jobs wrote about all 16
+    # rows of the tenant and waited for every other writer's commit (ledger.sql). Now each
+    # connection writes its own row: while another holds its row, a success still commits.
+    await pool.execute("UPDATE tenants SET max_running = 64 WHERE id = 'default'")
+    items = [creates.NewJob(spec(f"p{i}"), None, Decimal("0.5")) for i in range(64)]
+    made = await creates.create_many(pool, "default", items)
+    assert all(isinstance(m, creates.Created) for m in made)
+    held = await claims.claim_batch(
+        pool, providers=["simulated"], worker_id="w", lease_s=30, clock=CLOCK, max_jobs=64
+    )
+    assert len(held) == 64
+    other = await asyncpg.connect(database_url)
+    try:
+        async with other.transaction():
+            # Its row locked until commit, as a create's or a success's booking holds it.
+            shard = await other.fetchval(
+                "INSERT INTO tenant_ledger AS l (tenant_id, shard) VALUES ('default',"
+                " pg_backend_pid() % 16) ON CONFLICT (tenant_id, shard) DO UPDATE"
+                " SET spent_usd = l.spent_usd RETURNING shard"
+            )
+            single = await one_connection_pool(database_url, not_shard=shard)
+            try:
+                successes = [Success(h, "t", Usage(1, 1, Decimal("0.25"))) for h in held]
+                landed = await asyncio.wait_for(attempts.accept_many(single, successes, CLOCK), 10)
+            finally:
+                await single.close()
+            assert len(landed) == 64
+    finally:
+        await other.close()
+    # The reservations were booked on one connection's row and released on another's.
+    assert await tenant_money(pool) == (Decimal(0), Decimal("16.00"))
+    assert await pool.fetchval("SELECT min(reserved_usd) FROM tenant_ledger") < 0

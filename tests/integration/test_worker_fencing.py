@@ -175,8 +175,10 @@ async def test_a_stale_worker_is_fenced_out_and_stops_its_attempt(
 
 
 async def test_two_reapers_never_deadlock_on_the_ledger(database_url: str) -> None:
-    # Regression: each reaper released its dead jobs' reservations in lease order; batches that
-    # met the same ledger rows in opposite orders deadlocked (10 of 10 with a batch of 2).
+    # Regression: each reaper released its dead jobs' reservations in lease order, when bookings
+    # went to the job's shard; batches that met the same ledger rows in opposite orders
+    # deadlocked (10 of 10 with a batch of 2). Releases now go to the reaper's own row, in
+    # tenant order; the jobs' shards are kept as they were, in case that ever changes back.
     pool = await db.create_pool(database_url, min_size=2, max_size=4)
     clock = manual_clock()
     try:
