@@ -2,7 +2,7 @@
 -- A fresh database gets this file whole; an older one gets the migrations/ after its recorded
 -- version (jobstream/migrations.py, docs/operations.md). Change both together: a test checks
 -- that the migrations lead to exactly this schema.
--- schema-version: 8
+-- schema-version: 9
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -111,7 +111,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished_at         timestamptz,
     updated_at          timestamptz NOT NULL DEFAULT now(),
     UNIQUE (tenant_id, idempotency_key)
-);
+-- A fifth of each page left free: a running job's row is rewritten by every token write, and a
+-- rewrite that fits on its page is a HOT update (no index touched) when no indexed column
+-- changes. On full pages every token write moved its rows: for 1,000 streams, 6.8 WAL records
+-- and 990 bytes a row instead of 1.0 and 130, and the UPDATE took 15.5 ms instead of 3.2.
+) WITH (fillfactor = 80);
 
 -- The claim's index. Its leading columns name a queue, (tenant, provider, priority): the claim
 -- skips from queue to queue, then reads each queue's head as a range bounded by run_after <= now.
@@ -329,4 +333,4 @@ CREATE OR REPLACE FUNCTION job_webhook_payload(
                         ELSE jsonb_build_object('error', error) END)
 $$;
 
-INSERT INTO schema_version (version) VALUES (7) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (9) ON CONFLICT (version) DO NOTHING;
