@@ -2,7 +2,7 @@
 -- A fresh database gets this file whole; an older one gets the migrations/ after its recorded
 -- version (jobstream/migrations.py, docs/operations.md). Change both together: a test checks
 -- that the migrations lead to exactly this schema.
--- schema-version: 9
+-- schema-version: 10
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -120,13 +120,37 @@ CREATE TABLE IF NOT EXISTS jobs (
 -- The claim's index. Its leading columns name a queue, (tenant, provider, priority): the claim
 -- skips from queue to queue, then reads each queue's head as a range bounded by run_after <= now.
 -- Both cost the same with 100 or 100,000 jobs queued, and a delayed job is never read before its
--- time (CLAIM_JOBS in jobstream/sql/claiming.sql).
+-- time (CLAIM_JOBS in jobstream/sql/claiming.sql). It also answers "does a provider have a
+-- runnable job?" (LOCK_PROVIDERS), queue by queue, which an index of its own on (provider,
+-- run_after) answered until schema version 10: without it, one entry fewer a create, 7.1 -> 6.1
+-- WAL records and 1,095 -> 1,013 bytes a job in batches of 100.
 CREATE INDEX IF NOT EXISTS jobs_runnable_idx
     ON jobs (tenant_id, provider, priority, run_after, created_at)
     WHERE status = 'queued';
--- Does a provider have a runnable job? Asked by every claim that must lock a limited provider.
-CREATE INDEX IF NOT EXISTS jobs_queued_provider_idx ON jobs (provider, run_after)
-    WHERE status = 'queued';
+-- The queues: the distinct (tenant, provider, priority) of queued jobs, found by skipping
+-- through jobs_runnable_idx one queue at a time (a loose index scan: one descent per queue,
+-- never a read of the jobs inside), so its cost grows with the number of queues, not of jobs.
+-- Read by every claim (CLAIM_JOBS, LOCK_PROVIDERS in jobstream/sql/claiming.sql).
+CREATE OR REPLACE VIEW job_queues AS
+WITH RECURSIVE queues AS (
+    (SELECT tenant_id, provider, priority
+       FROM jobs
+      WHERE status = 'queued'
+      ORDER BY tenant_id, provider, priority
+      LIMIT 1)
+    UNION ALL
+    SELECT next.tenant_id, next.provider, next.priority
+      FROM queues q
+     CROSS JOIN LATERAL (
+           SELECT tenant_id, provider, priority
+             FROM jobs
+            WHERE status = 'queued'
+              AND (tenant_id, provider, priority) > (q.tenant_id, q.provider, q.priority)
+            ORDER BY tenant_id, provider, priority
+            LIMIT 1) next
+)
+SELECT tenant_id, provider, priority FROM queues;
+
 -- Leases that may have expired (the reaper), and a tenant's running jobs (its running limit).
 CREATE INDEX IF NOT EXISTS jobs_leased_idx ON jobs (lease_until)
     WHERE status IN ('running', 'cancelling');
@@ -333,4 +357,4 @@ CREATE OR REPLACE FUNCTION job_webhook_payload(
                         ELSE jsonb_build_object('error', error) END)
 $$;
 
-INSERT INTO schema_version (version) VALUES (9) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (10) ON CONFLICT (version) DO NOTHING;

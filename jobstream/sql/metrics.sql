@@ -34,9 +34,9 @@ SELECT provider,
 
 -- name: METRICS_LIVE
 -- The jobs not finished, by status: how many, the events in their logs so far (what the counted
--- events of finished logs lack), and how long the oldest runnable one has waited. One range of a
--- partial index per status (jobs_queued_provider_idx, jobs_leased_idx): the cost follows the
--- backlog and the running jobs, never the history.
+-- events of finished logs lack), and how long the oldest runnable one has waited. One partial
+-- index per status (jobs_runnable_idx, jobs_leased_idx): the cost follows the backlog and the
+-- running jobs, never the history.
 SELECT 'queued' AS status, count(*) AS n, coalesce(sum(last_seq), 0)::bigint AS events,
        coalesce(extract(epoch FROM clock_timestamp()
                 - min(run_after) FILTER (WHERE run_after <= clock_timestamp())), 0)::float8
