@@ -166,9 +166,14 @@ async def _claim(
     )
     if not jobs:
         return []
-    tenants = sorted({job["tenant_id"] for job in jobs})
-    await conn.execute(queries.LOCK_CLAIMED_TENANTS, tenants, now)
-    over = [row["id"] for row in await conn.fetch(queries.TENANTS_OVER_LIMIT, tenants)]
+    over = await take_turns(conn, sorted({job["tenant_id"] for job in jobs}), now)
     if over:
         raise _TenantsFull(over)  # rolls the whole claim back
     return jobs
+
+
+async def take_turns(conn: Conn, tenants: list[str], now: datetime | None) -> list[str]:
+    """Lock the rows of the tenants a claim took jobs for and record their turn; returns those
+    now over their running limit, counted after the locks (queries.LOCK_CLAIMED_TENANTS)."""
+    await conn.execute(queries.LOCK_CLAIMED_TENANTS, tenants)
+    return [row["id"] for row in await conn.fetch(queries.TENANTS_OVER_LIMIT, tenants, now)]

@@ -225,16 +225,28 @@ SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, pro
 -- claiming for one tenant at once can both see room. After the claim, lock the rows of the
 -- tenants claimed for, in id order (so two claims never wait on each other in a cycle), then
 -- count in a new statement, whose snapshot follows the locks and so sees every claim committed
--- before it. Over the limit: the claim is rolled back. The lock also records the turn.
+-- before it (TENANTS_OVER_LIMIT). Over the limit: the claim is rolled back.
 -- FOR NO KEY UPDATE, never FOR UPDATE, on tenants: inserting a job takes FOR KEY SHARE on its
 -- tenant (the foreign key), which FOR UPDATE conflicts with; two creates (or a create and a claim)
 -- would each hold one and wait for the other. NO KEY UPDATE still serialises the lockers.
-UPDATE tenants t
-   SET last_claimed_at = coalesce($2::timestamptz, statement_timestamp())
-  FROM (SELECT id FROM tenants WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE) l
- WHERE t.id = l.id
+-- A lock and nothing else. Regression: this statement also wrote the turn, as
+-- `UPDATE tenants t ... FROM (SELECT ... FOR NO KEY UPDATE) l`, and deadlocked with itself. When a
+-- claim committed a new version of the row after the statement's snapshot (and a ledger
+-- booking's foreign key check held FOR KEY SHARE on it), the subquery locked the new version
+-- while the UPDATE, reading the old one, waited for the old version's tuple lock, held by a
+-- second claim that was waiting for the first to commit (two worker processes: one claim in
+-- about a dozen drains failed so, after deadlock_timeout; test_claims.py makes it every time).
+SELECT id FROM tenants WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE
 
 -- name: TENANTS_OVER_LIMIT
+-- The tenants claimed for that are now over their running limit, counted in this statement's
+-- snapshot, taken after LOCK_CLAIMED_TENANTS's locks. It also records the tenants' turn
+-- (last_claimed_at), on rows this transaction holds already: no wait, so no cycle.
+WITH turn AS (
+    UPDATE tenants
+       SET last_claimed_at = coalesce($2::timestamptz, statement_timestamp())
+     WHERE id = ANY($1::text[])
+)
 SELECT t.id
   FROM tenants t
  WHERE t.id = ANY($1::text[])

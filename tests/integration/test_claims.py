@@ -10,13 +10,14 @@ from datetime import timedelta
 import asyncpg
 import orjson
 
-from jobstream import claims, creates
+from jobstream import claims, creates, db
 from jobstream.claims import Claimed
 from jobstream.clock import Clock, DatabaseClock
 from jobstream.creates import NewJob
 from jobstream.jobspec import JobSpec
 from jobstream.sql import queries
 from tests.support.clock import ManualClock
+from tests.support.polling import eventually
 
 CLOCK = DatabaseClock()
 
@@ -210,3 +211,42 @@ async def test_a_claim_passes_over_a_queue_whose_jobs_claims_in_flight_hold(
         )  # a claim in flight
         [held] = await claim(wide_pool, 1)
     assert held.tenant_id == "other"
+
+
+async def test_two_claims_taking_turns_behind_a_third_never_deadlock(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    # Regression (LOCK_CLAIMED_TENANTS): a claim commits a new version of the tenant's row while
+    # two more wait for it, and a ledger booking's foreign key check holds FOR KEY SHARE on it.
+    # The second waiter took the old version's tuple lock, then waited for the first, which
+    # waited for that tuple lock: one of them failed with a deadlock (every time, here).
+    sharer, writer, first, second = [await db.connect(database_url) for _ in range(4)]
+    try:
+        shared = sharer.transaction()
+        await shared.start()
+        await sharer.execute("SELECT FROM tenants WHERE id = 'default' FOR KEY SHARE")
+        ahead = writer.transaction()
+        await ahead.start()
+        await writer.execute("UPDATE tenants SET last_claimed_at = now() WHERE id = 'default'")
+
+        async def take_turn(conn: asyncpg.Connection) -> list[str]:
+            async with conn.transaction():
+                return await claims.take_turns(conn, ["default"], None)
+
+        async def waiting() -> int:
+            n: int = await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            return n
+
+        turns = [asyncio.create_task(take_turn(first))]
+        await eventually(waiting, lambda n: n == 1, what="the first claim waits")
+        turns.append(asyncio.create_task(take_turn(second)))
+        await eventually(waiting, lambda n: n == 2, what="the second claim waits")
+        await ahead.commit()
+        assert await asyncio.wait_for(asyncio.gather(*turns), 10) == [[], []]
+        await shared.commit()
+    finally:
+        for conn in (sharer, writer, first, second):
+            await conn.close()
