@@ -7,9 +7,10 @@
 -- Accept attempts' results, one or many (a worker's successes of one tick), in one statement and
 -- one commit: fenced on each run token, it ends each job, closes its attempt, appends its last
 -- events (the final token chunk if any, `usage`, `done`), charges the accepted price once and
--- frees the reservation on the tenant's ledger (ledger.sql), and writes the webhook outbox row; the
--- followers' NOTIFY follows the commit (NOTIFY_EVENTS says why). Every CTE acts only through `done`: a fenced-out attempt changes nothing, the others
--- still land, and the rows returned name the jobs that were accepted. The events are built here
+-- frees the reservation on the tenant's ledger (ledger.sql), and writes the webhook outbox row;
+-- the followers' NOTIFY follows the commit (NOTIFY_EVENTS says why). Every CTE acts only
+-- through `done`: a fenced-out attempt changes nothing, the others still land, and the rows
+-- returned name the jobs that were accepted. The events are built here
 -- from the result, not sent: `usage` is the result's, `done` carries the whole result. `counted`
 -- adds to the metrics' counters (metrics.sql): jobs accepted, what they were charged, their
 -- attempts as succeeded (with cost and run time), and their logs' events, final now.

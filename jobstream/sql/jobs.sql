@@ -47,10 +47,10 @@ RETURNING *, pg_notify('jobstream_cancel', id::text)
 -- name: RETRY_DEAD
 -- An operator's second chance for a dead job ($1): a new job ($2) that asks for the same work,
 -- queued from now with a fresh set of attempts, its own log (opened by a `queued` status naming
--- `retry_of`) and its own reservation of the same estimate (on this backend's ledger row, as every booking). The dead
--- job stays dead, its log ends with its one `done`; it only gains `retried_as`. Run under the
--- dead job's row lock (jobs.retry_dead): one retry per job. No idempotency key: the create's key
--- still names the dead job, which now links to this one.
+-- `retry_of`) and its own reservation of the same estimate (on this connection's ledger row, as
+-- every booking: ledger.sql). The dead job stays dead, its log ends with its one `done`; it only
+-- gains `retried_as`. Run under the dead job's row lock (jobs.retry_dead): one retry per job. No
+-- idempotency key: the create's key still names the dead job, which now links to this one.
 WITH old AS (
     SELECT * FROM jobs WHERE id = $1 AND status = 'dead' AND retried_as IS NULL
 ), created AS (
