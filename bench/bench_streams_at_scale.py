@@ -4,8 +4,10 @@
    rows of a token event's size into the same PostgreSQL (one row per token, 1,000 rows a
    statement and a commit: the ceiling);
 2. many concurrent streams at 50 tokens/s, one SSE follower each (worker, server, followers and
-   PostgreSQL on this machine): every follower's text exact, delta -> SSE delay, and the WAL
-   commit records a second (pg_walinspect: writing commits only; read-only transactions write
+   PostgreSQL on this machine): every follower's text exact, delta -> SSE delay (split at the
+   start of the statement that wrote the delta's token event: the worker's share, coalescing
+   and waiting for its write, then the write, the NOTIFY, the server and the client), and the
+   WAL commit records a second (pg_walinspect: writing commits only; read-only transactions write
    none), against what one connection committing in a loop does.
 
     .venv/bin/python -m bench.bench_streams_at_scale     (or `make bench` for every benchmark)
@@ -22,6 +24,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from datetime import datetime
 
 import asyncpg
 import httpx
@@ -113,7 +116,7 @@ async def many_streams(url: str, count: int, commit_ceiling: float) -> None:
     port = _free_port()
     server = _spawn("server", url, JOBSTREAM_PORT=str(port))
     worker = None
-    arrived: dict[str, list[tuple[str, float]]] = {}
+    arrived: dict[str, list[tuple[str, float, float]]] = {}
     try:
         await pool.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         simulate = {"tokens": TOKENS, "pattern": "count", "tokens_per_second": RATE,
@@ -164,13 +167,20 @@ async def many_streams(url: str, count: int, commit_ceiling: float) -> None:
     for n, follower in enumerate(followers):
         arrived[f"scale {n}"] = follower.arrivals
     exact = sum(f.exact for f in followers)
-    delays = [
-        at - sent[(prompt, text)]
+    # A token event's `at` is its write's statement start on PostgreSQL's clock (wall time, this
+    # host's); the deltas' times are CLOCK_MONOTONIC. One reading of both maps the one onto the
+    # other, to within the microseconds between the two calls.
+    wall_minus_monotonic = time.time() - time.monotonic()
+    timed = [
+        (sent[(prompt, text)], written - wall_minus_monotonic, at)
         for prompt, items in arrived.items()
-        for text, at in items
+        for text, at, written in items
         if (prompt, text) in sent
     ]
-    cuts = statistics.quantiles(delays, n=100) if len(delays) > 1 else [float("nan")] * 99
+    delays = [at - emitted for emitted, _, at in timed]
+    cuts = _percentiles(delays)
+    to_write = _percentiles([written - emitted for emitted, written, _ in timed])
+    from_write = _percentiles([at - written for _, written, at in timed])
     # What the provider side managed: a worker process short of CPU falls behind the streams'
     # own pace, and every delay above is measured from when a delta was produced.
     produced_s = max(sent.values(), default=0.0) - min(sent.values(), default=0.0)
@@ -183,12 +193,19 @@ async def many_streams(url: str, count: int, commit_ceiling: float) -> None:
         f" {count * RATE:,.0f}/s asked\n"
         f"      delta -> SSE p50 {cuts[49] * 1000:.1f} ms, p99 {cuts[98] * 1000:.1f} ms,"
         f" max {max(delays, default=float('nan')) * 1000:.1f} ms (targets <= 60 / <= 150 ms)\n"
+        f"        delta -> its write's start p50 {to_write[49] * 1000:.1f} ms, p99"
+        f" {to_write[98] * 1000:.1f} ms; write's start -> SSE p50 {from_write[49] * 1000:.1f} ms,"
+        f" p99 {from_write[98] * 1000:.1f} ms\n"
         f"      WAL commit records {wal_commits / seconds:,.0f}/s for the one worker process"
         f" (target < 100/s; xact_commit, read-only included,"
         f" {(commits_after - commits_before) / seconds:,.0f}/s); one connection committing"
         f" in a loop with a NOTIFY each: {commit_ceiling:,.0f} commits/s\n"
         f"      loadavg {_loadavg()}"
     )
+
+
+def _percentiles(values: list[float]) -> list[float]:
+    return statistics.quantiles(values, n=100) if len(values) > 1 else [float("nan")] * 99
 
 
 async def _xact_commits(pool: asyncpg.Pool) -> int:
@@ -208,7 +225,8 @@ class _Follower:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._rest = b""
-        self.arrivals: list[tuple[str, float]] = []
+        # (delta text, arrival, its event's `at` as a wall-clock timestamp)
+        self.arrivals: list[tuple[str, float, float]] = []
         self.exact = False
 
     async def open(self, gate: asyncio.Semaphore) -> None:
@@ -236,7 +254,10 @@ class _Follower:
                     if item.event == "token":
                         text.append(event["text"])
                         # One token event carries every delta of one flush: "12 13 14 ".
-                        self.arrivals += [(t + " ", at) for t in event["text"].split(" ")[:-1]]
+                        written = datetime.fromisoformat(event["at"]).timestamp()
+                        self.arrivals += [
+                            (t + " ", at, written) for t in event["text"].split(" ")[:-1]
+                        ]
                     elif item.event == "reset":
                         text.clear()
                     elif item.event == "done":
