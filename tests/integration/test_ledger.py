@@ -8,12 +8,13 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import attempts, claims, creates, db, jobs
+from jobstream import attempts, claims, creates, jobs
 from jobstream.attempts import Success
 from jobstream.clock import DatabaseClock
 from jobstream.errors import BudgetExceeded
 from jobstream.jobspec import JobSpec
 from jobstream.usage import Usage
+from tests.support.ledger_rows import one_connection_pool
 
 CLOCK = DatabaseClock()
 
@@ -82,15 +83,6 @@ async def test_every_other_end_releases_the_reservation(pool: asyncpg.Pool, end:
     assert await tenant_money(pool) == (Decimal(0), Decimal(0))
 
 
-async def one_connection_pool(database_url: str, *, not_shard: int) -> asyncpg.Pool:
-    """A pool of one connection whose ledger row (pg_backend_pid() % 16) is not `not_shard`."""
-    while True:
-        single = await db.create_pool(database_url, min_size=1, max_size=1)
-        if await single.fetchval("SELECT pg_backend_pid() % 16") != not_shard:
-            return single
-        await single.close()
-
-
 async def test_a_success_does_not_wait_for_another_connections_booking(
     pool: asyncpg.Pool, database_url: str
 ) -> None:
@@ -114,7 +106,7 @@ async def test_a_success_does_not_wait_for_another_connections_booking(
                 " pg_backend_pid() % 16) ON CONFLICT (tenant_id, shard) DO UPDATE"
                 " SET spent_usd = l.spent_usd RETURNING shard"
             )
-            single = await one_connection_pool(database_url, not_shard=shard)
+            single = await one_connection_pool(database_url, row=lambda r: r != shard)
             try:
                 successes = [Success(h, "t", Usage(1, 1, Decimal("0.25"))) for h in held]
                 landed = await asyncio.wait_for(attempts.accept_many(single, successes, CLOCK), 10)

@@ -17,6 +17,7 @@ from jobstream.settings import Settings
 from jobstream.usage import Usage
 from tests.support.clock import ManualClock
 from tests.support.gated_provider import GatedProvider
+from tests.support.ledger_rows import ledger_row, one_connection_pool
 from tests.support.polling import eventually, signalled
 from tests.support.workers import (
     attempt_rows,
@@ -175,35 +176,40 @@ async def test_a_stale_worker_is_fenced_out_and_stops_its_attempt(
 
 
 async def test_two_reapers_never_deadlock_on_the_ledger(database_url: str) -> None:
-    # Regression: each reaper released its dead jobs' reservations in lease order, when bookings
-    # went to the job's shard; batches that met the same ledger rows in opposite orders
-    # deadlocked (10 of 10 with a batch of 2). Releases now go to the reaper's own row, in
-    # tenant order; the jobs' shards are kept as they were, in case that ever changes back.
-    pool = await db.create_pool(database_url, min_size=2, max_size=4)
+    # Regression: each reaper released its dead jobs' reservations in lease order, and batches
+    # that met the same ledger rows in opposite orders deadlocked (10 of 10 with a batch of 2).
+    # Here the two reapers' connections book on the same row of each tenant (ledger.sql), and
+    # their batches meet the two tenants in opposite lease orders.
+    pool = await db.create_pool(database_url, min_size=1, max_size=2)
+    first = await one_connection_pool(database_url, row=lambda _: True)
+    shared = await ledger_row(first)
+    second = await one_connection_pool(database_url, row=lambda r: r == shared)
     clock = manual_clock()
     try:
+        await pool.execute("INSERT INTO tenants (id, name) VALUES ('other', 'Other')")
         for _ in range(10):
-            shards = [1, 2, 2, 1]  # lease order: reaper A takes 1 then 2, reaper B 2 then 1
-            for i, shard in enumerate(shards):
-                job_id = next(u for u in iter(uuid.uuid4, None) if u.bytes[15] % 16 == shard)
+            # lease order: the first reaper takes default then other, the second other then
+            # default
+            for i, tenant in enumerate(["default", "other", "other", "default"]):
                 await pool.execute(
                     "INSERT INTO jobs (id, tenant_id, request_hash, provider, payload,"
                     " max_attempts, status, attempts, run_token, lease_until, reserved_usd,"
-                    " estimate_usd) VALUES ($1, 'default', 'h', 'simulated', '{}', 1, 'running',"
-                    " 1, gen_random_uuid(), $2, 0.01, 0.01)",
-                    job_id, clock.now() - timedelta(seconds=100 - i),
+                    " estimate_usd) VALUES (gen_random_uuid(), $1, 'h', 'simulated', '{}', 1,"
+                    " 'running', 1, gen_random_uuid(), $2, 0.01, 0.01)",
+                    tenant, clock.now() - timedelta(seconds=100 - i),
                 )  # fmt: skip
                 await pool.execute(
                     "INSERT INTO tenant_ledger (tenant_id, shard, reserved_usd) VALUES"
-                    " ('default', $1, 0.01) ON CONFLICT (tenant_id, shard) DO UPDATE"
+                    " ($1, 0, 0.01) ON CONFLICT (tenant_id, shard) DO UPDATE"
                     " SET reserved_usd = tenant_ledger.reserved_usd + 0.01",
-                    shard,
+                    tenant,
                 )
             reaped = await asyncio.gather(
-                attempts.reap_expired(pool, clock, batch=2),
-                attempts.reap_expired(pool, clock, batch=2),
+                attempts.reap_expired(first, clock, batch=2),
+                attempts.reap_expired(second, clock, batch=2),
             )
             assert sum(reaped) == 4
         assert await pool.fetchval("SELECT sum(reserved_usd) FROM tenant_ledger") == 0
     finally:
-        await pool.close()
+        for each in (pool, first, second):
+            await each.close()
