@@ -116,7 +116,7 @@ async def many_streams(url: str, count: int, commit_ceiling: float) -> None:
     port = _free_port()
     server = _spawn("server", url, JOBSTREAM_PORT=str(port))
     worker = None
-    arrived: dict[str, list[tuple[str, float, float]]] = {}
+    arrived: dict[str, list[tuple[str, float, float, str]]] = {}
     try:
         await pool.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         simulate = {"tokens": TOKENS, "pattern": "count", "tokens_per_second": RATE,
@@ -167,20 +167,21 @@ async def many_streams(url: str, count: int, commit_ceiling: float) -> None:
     for n, follower in enumerate(followers):
         arrived[f"scale {n}"] = follower.arrivals
     exact = sum(f.exact for f in followers)
-    # A token event's `at` is its write's statement start on PostgreSQL's clock (wall time, this
-    # host's); the deltas' times are CLOCK_MONOTONIC. One reading of both maps the one onto the
-    # other, to within the microseconds between the two calls.
-    wall_minus_monotonic = time.time() - time.monotonic()
+    # A token event's `at` is its write's statement start on PostgreSQL's clock, this host's
+    # wall clock; the follower notes the wall clock too when the event arrives, so the write ->
+    # SSE part is read on one clock. The deltas' times are CLOCK_MONOTONIC, and so is the whole.
+    # (The wall clock is slewed here, 5 ms a second against CLOCK_MONOTONIC: mapped across a
+    # run, one onto the other, the split moved by 25 ms between runs.)
     timed = [
-        (sent[(prompt, text)], written - wall_minus_monotonic, at)
+        (at - sent[(prompt, text)], wall_at - datetime.fromisoformat(written).timestamp())
         for prompt, items in arrived.items()
-        for text, at, written in items
+        for text, at, wall_at, written in items
         if (prompt, text) in sent
     ]
-    delays = [at - emitted for emitted, _, at in timed]
+    delays = [whole for whole, _ in timed]
     cuts = _percentiles(delays)
-    to_write = _percentiles([written - emitted for emitted, written, _ in timed])
-    from_write = _percentiles([at - written for _, written, at in timed])
+    to_write = _percentiles([whole - after for whole, after in timed])
+    from_write = _percentiles([after for _, after in timed])
     # What the provider side managed: a worker process short of CPU falls behind the streams'
     # own pace, and every delay above is measured from when a delta was produced.
     produced_s = max(sent.values(), default=0.0) - min(sent.values(), default=0.0)
@@ -225,8 +226,9 @@ class _Follower:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._rest = b""
-        # (delta text, arrival, its event's `at` as a wall-clock timestamp)
-        self.arrivals: list[tuple[str, float, float]] = []
+        # (delta text, arrival on CLOCK_MONOTONIC and on the wall clock, its event's `at`:
+        # parsed after the run, not while this client competes for the cores)
+        self.arrivals: list[tuple[str, float, float, str]] = []
         self.exact = False
 
     async def open(self, gate: asyncio.Semaphore) -> None:
@@ -246,7 +248,7 @@ class _Follower:
         text: list[str] = []
         try:
             while chunk := await self._reader.read(65536):
-                at = time.monotonic()
+                at, wall_at = time.monotonic(), time.time()
                 for item in parser.feed(chunk.decode()):
                     if not isinstance(item, sse.Message):
                         continue
@@ -254,9 +256,9 @@ class _Follower:
                     if item.event == "token":
                         text.append(event["text"])
                         # One token event carries every delta of one flush: "12 13 14 ".
-                        written = datetime.fromisoformat(event["at"]).timestamp()
+                        written = event["at"]
                         self.arrivals += [
-                            (t + " ", at, written) for t in event["text"].split(" ")[:-1]
+                            (t + " ", at, wall_at, written) for t in event["text"].split(" ")[:-1]
                         ]
                     elif item.event == "reset":
                         text.clear()
