@@ -2,7 +2,7 @@
 -- A fresh database gets this file whole; an older one gets the migrations/ after its recorded
 -- version (jobstream/migrations.py, docs/operations.md). Change both together: a test checks
 -- that the migrations lead to exactly this schema.
--- schema-version: 10
+-- schema-version: 11
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -120,8 +120,8 @@ CREATE TABLE IF NOT EXISTS jobs (
 -- The claim's index. Its leading columns name a queue, (tenant, provider, priority): the claim
 -- skips from queue to queue, then reads each queue's head as a range bounded by run_after <= now.
 -- Both cost the same with 100 or 100,000 jobs queued, and a delayed job is never read before its
--- time (CLAIM_JOBS in jobstream/sql/claiming.sql). It also answers "does a provider have a
--- runnable job?" (LOCK_PROVIDERS), queue by queue, which an index of its own on (provider,
+-- time (claim_jobs below). It also answers "does a provider have a runnable job?" (claim_jobs'
+-- step 1), queue by queue, which an index of its own on (provider,
 -- run_after) answered until schema version 10: without it, one entry fewer a create, 7.1 -> 6.1
 -- WAL records and 1,095 -> 1,013 bytes a job in batches of 100.
 CREATE INDEX IF NOT EXISTS jobs_runnable_idx
@@ -130,7 +130,7 @@ CREATE INDEX IF NOT EXISTS jobs_runnable_idx
 -- The queues: the distinct (tenant, provider, priority) of queued jobs, found by skipping
 -- through jobs_runnable_idx one queue at a time (a loose index scan: one descent per queue,
 -- never a read of the jobs inside), so its cost grows with the number of queues, not of jobs.
--- Read by every claim (CLAIM_JOBS, LOCK_PROVIDERS in jobstream/sql/claiming.sql).
+-- Read by every claim (claim_jobs below, its steps 1 and 2).
 CREATE OR REPLACE VIEW job_queues AS
 WITH RECURSIVE queues AS (
     (SELECT tenant_id, provider, priority
@@ -226,7 +226,7 @@ SELECT j.id, 1::bigint, 0, 'status'::text, '{"status": "queued"}'::jsonb, j.crea
  WHERE coalesce((SELECT min(e.seq) FROM job_events e WHERE e.job_id = j.id), 2) = 2;
 
 -- Provider-wide coordination across every worker: claims for a provider with a concurrency
--- limit lock its row (LOCK_PROVIDERS in jobstream/sql/claiming.sql), and a 429 pauses it.
+-- limit lock its row (claim_jobs below), and a 429 pauses it.
 CREATE TABLE IF NOT EXISTS provider_state (
     provider     text PRIMARY KEY,
     paused_until timestamptz,
@@ -331,7 +331,7 @@ $$;
 -- is how many are at or under the bound. Called as duration_counts(array_agg(x ORDER BY x)),
 -- which reads the rows once. Only the one-row FINISH_ATTEMPT calls it: on a 64-row batch the sort
 -- costs about 30 us more than 13 `count(*) FILTER (WHERE x <= bound)` (measured with
--- pg_stat_statements, PostgreSQL 18), so CLAIM_JOBS and SUCCEED_ATTEMPTS keep those.
+-- pg_stat_statements, PostgreSQL 18), so claim_jobs and SUCCEED_ATTEMPTS keep those.
 CREATE OR REPLACE FUNCTION duration_counts(sorted float8[]) RETURNS bigint[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT ARRAY[width_bucket(0.05, sorted), width_bucket(0.1, sorted),
@@ -357,4 +357,297 @@ CREATE OR REPLACE FUNCTION job_webhook_payload(
                         ELSE jsonb_build_object('error', error) END)
 $$;
 
-INSERT INTO schema_version (version) VALUES (10) ON CONFLICT (version) DO NOTHING;
+-- The claim (jobstream/claims.py, claim_batch): up to max_jobs runnable jobs for a worker's free
+-- slots, in one call, so one round trip and one implicit transaction. Until schema version 11
+-- the claim was four statements in a transaction of six round trips; the worker's event loop,
+-- busy with the attempts, sent each next statement late, and the transaction sat idle between
+-- them holding its tenants' rows (a drain of 20,000 no-op jobs: 4,385 -> 4,887 jobs/s as one
+-- call, medians of three). Its steps, each a statement with a snapshot of its own (READ
+-- COMMITTED; a plpgsql statement takes a new one), so each sees what committed before it began:
+-- 1. For a worker that runs providers with a concurrency limit (limited/limits, sorted by name):
+--    lock the provider_state row of each limited provider that has a runnable job.
+--    - The row lock serialises claims per limited provider across every worker, until commit:
+--      no other claim for the provider can commit between our count of its running attempts
+--      and our own claim, so the limit holds exactly. (Each worker checks the shared count
+--      against its own setting: workers configured differently cap the provider at the largest
+--      of their limits.)
+--    - A statement's snapshot is taken before it waits for a lock, so the count cannot live in
+--      this statement: it is in step 2's, taken after this lock was granted.
+--    - Only providers with a runnable job are locked, so idle polls and claims for other
+--      providers do not queue behind each other. The probe walks the queues as step 2 does
+--      (job_queues, then one descent of jobs_runnable_idx per limited provider's queue for its
+--      head): 0.2-0.5 ms with 60 queues and 100,000 jobs queued. An index on (provider,
+--      run_after) answered in one descent until schema version 10, for an entry in every
+--      create. PostgreSQL 18 would skip through jobs_runnable_idx in 0.035 ms (ORDER BY its
+--      columns); without a skip scan that reads the table, 35-40 ms.
+--    - An upsert, so the row exists without a set-up step; DO UPDATE (not DO NOTHING) because
+--      only it locks a row that already exists (the update leaves the row as it was). Rows are
+--      locked in name order, so two claims never wait for each other in a cycle.
+-- 2. The claim, for the unlimited providers ($1) and the limited ones locked in step 1. Its cost
+--    does not grow with the backlog: every read is an index probe or a range of at most
+--    max_jobs index entries.
+--    - `queues`: the distinct (tenant, provider, priority) of queued jobs (job_queues): its cost
+--      grows with the number of queues, not of jobs.
+--    - `with_room`: providers this worker runs that may start more attempts. A limited
+--      provider's running attempts are counted here, after step 1's lock. Attempts are counted,
+--      not jobs: an attempt row is `running` from its claim until its outcome is written, which
+--      is after its HTTP request has closed.
+--    - `tenant_room`: a tenant at its running limit is skipped, and so are the tenants of
+--      `skipped` (found full by an earlier try). The count comes from this statement's
+--      snapshot: two claims at once can both see room, so step 3 counts again.
+--    - `open`: queues with a runnable head (`run_after <= now`: backoff and delayed jobs wait),
+--      of a provider with room that no 429 has paused. `tenant_turn` ranks a tenant's queues by
+--      priority, so that one tenant's many queues do not crowd out another's one.
+--    - Tenants take turns: each tenant's best queue before anyone's second, then the tenant
+--      with fewer running jobs, then the one served longest ago (`last_claimed_at`), then the
+--      oldest. At most max_jobs + 4 queues take part: the 4 spare ones fill the batch when the
+--      first ones' heads are all locked by other claims in flight (SKIP LOCKED passes over
+--      them). Each offers what the batch could hold if every other queue gave one job (at least
+--      one): the batch fills while rows locked and not taken stay few.
+--    - `candidates`: from each chosen queue, its oldest runnable jobs, FOR UPDATE SKIP LOCKED
+--      so that any number of workers claim at once without waiting for each other.
+--    - `chosen`: interleave tenants (a tenant's first job, then every tenant's second...), cap
+--      each tenant at its room and each provider at its room, and keep max_jobs.
+--    - `claimed`: a fresh run_token (the fence for every later write) and a lease for each; the
+--      attempt row, and the `reset` and `status` events that open the attempt's log, are
+--      written by the same statement, which allocates their seqs (last_seq + 2) under the row
+--      lock the UPDATE holds. Their followers are told after the commit (NOTIFY_EVENTS in
+--      jobstream/sql/events.sql says why).
+--    - `counted`: the metrics' counters (jobstream/sql/metrics.sql): the attempts it started,
+--      the retries among them, and the first attempts' waits since their job's creation.
+-- 3. A tenant's running limit, exactly: lock the rows of the tenants claimed for, in id order
+--    (two claims never wait on each other in a cycle), then count in the next statement, whose
+--    snapshot follows the locks and so sees every claim committed before it. That statement
+--    also records the tenants' turn (last_claimed_at) on rows already held. A tenant over its
+--    limit raises SQLSTATE JS409, its DETAIL the tenants as a JSON array: the whole claim is
+--    undone and claims.claim_batch tries again.
+--    - FOR NO KEY UPDATE, never FOR UPDATE, on tenants: a foreign key to a tenant (the ledger's)
+--      takes FOR KEY SHARE, which FOR UPDATE conflicts with. NO KEY UPDATE still serialises the
+--      lockers.
+--    - A lock and nothing else, then the turn in its own statement. Regression: the lock and the
+--      turn were one `UPDATE tenants t ... FROM (SELECT ... FOR NO KEY UPDATE) l`, which
+--      deadlocked with itself: when a claim committed a new version of the row after that
+--      statement's snapshot (and a ledger booking's foreign key held FOR KEY SHARE on it), the
+--      subquery locked the new version while the UPDATE, reading the old one, waited for the
+--      old version's tuple lock, held by a second claim that waited for the first to commit
+--      (tests/integration/test_claims.py).
+-- The worker's NOTIFY for the attempts' opened logs follows in a statement of its own, after
+-- this call's commit.
+CREATE TYPE claimed_job AS (
+    id                 uuid,
+    tenant_id          text,
+    attempts           integer,
+    uncounted_attempts integer,
+    max_attempts       integer,
+    run_token          uuid,
+    provider           text,
+    payload            jsonb,
+    last_seq           bigint
+);
+
+CREATE OR REPLACE FUNCTION claim_jobs(
+    unlimited text[], worker text, lease_s float8, at_time timestamptz, limited text[],
+    limits integer[], skipped text[], max_jobs integer
+) RETURNS SETOF claimed_job LANGUAGE plpgsql AS $$
+DECLARE
+    locked_providers text[] := '{}';
+    locked_limits integer[] := '{}';
+    taken claimed_job[];
+    taken_tenants text[];
+    over_limit text[];
+BEGIN
+    IF cardinality($5) > 0 THEN
+        WITH locked AS (
+            WITH runnable AS (
+                SELECT DISTINCT q.provider
+                  FROM job_queues q
+                 CROSS JOIN LATERAL (
+                       SELECT FROM jobs j
+                        WHERE j.status = 'queued' AND j.tenant_id = q.tenant_id
+                          AND j.provider = q.provider AND j.priority = q.priority
+                          AND j.run_after <= coalesce($4::timestamptz, statement_timestamp())
+                        ORDER BY j.run_after, j.created_at
+                        LIMIT 1) head
+                 WHERE q.provider = ANY($5::text[])
+            )
+            INSERT INTO provider_state AS p (provider)
+            SELECT provider FROM runnable ORDER BY provider
+            ON CONFLICT (provider) DO UPDATE SET paused_until = p.paused_until
+            RETURNING provider
+        )
+        SELECT coalesce(array_agg(l.provider ORDER BY l.provider), '{}'),
+               coalesce(array_agg(l.max_running ORDER BY l.provider), '{}')
+          INTO locked_providers, locked_limits
+          FROM unnest($5::text[], $6::int[]) AS l (provider, max_running)
+         WHERE l.provider IN (SELECT provider FROM locked);
+    END IF;
+
+    WITH queues AS (
+        SELECT tenant_id, provider, priority FROM job_queues
+    ), busy AS (
+        SELECT provider, count(*) AS n
+          FROM job_attempts
+         WHERE outcome = 'running' AND provider = ANY(locked_providers)
+         GROUP BY provider
+    ), with_room AS (
+        SELECT u.provider, $8::int AS room
+          FROM unnest($1::text[]) AS u (provider)
+        UNION ALL
+        SELECT l.provider, l.max_running - coalesce(b.n, 0)::int
+          FROM unnest(locked_providers, locked_limits) AS l (provider, max_running)
+          LEFT JOIN busy b ON b.provider = l.provider
+    ), tenant_room AS (
+        SELECT t.id AS tenant_id, t.max_running - r.n AS room, r.n AS running, t.last_claimed_at
+          FROM tenants t
+         CROSS JOIN LATERAL (
+               SELECT count(*)::int AS n
+                 FROM jobs
+                WHERE tenant_id = t.id AND status IN ('running', 'cancelling')) r
+         WHERE t.id IN (SELECT tenant_id FROM queues)
+           AND t.id <> ALL($7::text[])
+    ), open AS (
+        SELECT q.tenant_id, q.provider, q.priority, tr.room, tr.running, tr.last_claimed_at,
+               w.room AS provider_room, head.run_after AS head_after,
+               row_number() OVER (PARTITION BY q.tenant_id
+                                  ORDER BY q.priority DESC, head.run_after) AS tenant_turn
+          FROM queues q
+          JOIN tenant_room tr ON tr.tenant_id = q.tenant_id
+          JOIN with_room w ON w.provider = q.provider
+          LEFT JOIN provider_state p ON p.provider = q.provider
+         CROSS JOIN LATERAL (
+               SELECT j.run_after
+                 FROM jobs j
+                WHERE j.status = 'queued' AND j.tenant_id = q.tenant_id
+                  AND j.provider = q.provider AND j.priority = q.priority
+                  AND j.run_after <= coalesce($4::timestamptz, statement_timestamp())
+                ORDER BY j.run_after, j.created_at
+                LIMIT 1) head
+         WHERE tr.room > 0 AND w.room > 0
+           AND (p.paused_until IS NULL
+                OR p.paused_until <= coalesce($4::timestamptz, statement_timestamp()))
+    ), chosen_queues AS (
+        SELECT o.*, count(*) OVER () AS n_queues
+          FROM (SELECT *
+                  FROM open
+                 ORDER BY tenant_turn, running, last_claimed_at NULLS FIRST, head_after
+                 LIMIT $8 + 4) o
+    ), candidates AS (
+        SELECT c.id, c.previous_error, c.run_after, q.tenant_id, q.provider, q.priority, q.room,
+               q.running, q.last_claimed_at, q.provider_room
+          FROM chosen_queues q
+         CROSS JOIN LATERAL (
+               SELECT j.id, j.error AS previous_error, j.run_after, j.created_at
+                 FROM jobs j
+                WHERE j.status = 'queued' AND j.tenant_id = q.tenant_id
+                  AND j.provider = q.provider AND j.priority = q.priority
+                  AND j.run_after <= coalesce($4::timestamptz, statement_timestamp())
+                ORDER BY j.run_after, j.created_at
+                LIMIT least(q.room, q.provider_room, greatest(1, $8 - q.n_queues + 1))
+                  FOR UPDATE SKIP LOCKED) c
+    ), ranked AS (
+        SELECT c.*, row_number() OVER (PARTITION BY c.tenant_id
+                                       ORDER BY c.priority DESC, c.run_after) AS turn
+          FROM candidates c
+    ), chosen AS (
+        SELECT r.id, r.previous_error
+          FROM (SELECT r.*,
+                       row_number() OVER (PARTITION BY r.provider
+                                          ORDER BY r.turn, r.running, r.last_claimed_at NULLS FIRST,
+                                                   r.priority DESC, r.run_after) AS provider_turn
+                  FROM ranked r
+                 WHERE r.turn <= r.room) r
+         WHERE r.provider_turn <= r.provider_room
+         ORDER BY r.turn, r.running, r.last_claimed_at NULLS FIRST, r.priority DESC, r.run_after
+         LIMIT $8
+    ), claimed AS (
+        UPDATE jobs j
+           SET status = 'running', attempts = j.attempts + 1, run_token = gen_random_uuid(),
+               worker_id = $2,
+               lease_until = coalesce($4::timestamptz, statement_timestamp())
+                             + make_interval(secs => $3),
+               started_at = coalesce(j.started_at, $4::timestamptz, statement_timestamp()),
+               updated_at = coalesce($4::timestamptz, statement_timestamp()),
+               -- Cleared here; the new attempt's `reset` event still names it as the reason.
+               error = NULL,
+               last_seq = j.last_seq + 2
+          FROM chosen c
+         WHERE j.id = c.id
+        RETURNING j.id, j.tenant_id, j.attempts, j.uncounted_attempts, j.max_attempts, j.run_token,
+                  j.provider, j.payload, j.last_seq, j.worker_id, c.previous_error,
+                  extract(epoch FROM j.started_at - j.created_at)::float8 AS waited_s
+    ), attempt AS (
+        INSERT INTO job_attempts (job_id, attempt, run_token, worker_id, started_at, provider, model)
+        SELECT id, attempts, run_token, worker_id, coalesce($4::timestamptz, statement_timestamp()),
+               provider, payload->>'model'
+          FROM claimed
+    ), opened AS (
+        INSERT INTO job_events (job_id, seq, attempt, type, data)
+        SELECT id, last_seq - 1, attempts, 'reset',
+               jsonb_build_object(
+                   'attempt', attempts,
+                   'reason', CASE WHEN attempts = 1 THEN 'first attempt'
+                                  ELSE 'retry after ' || coalesce(previous_error->>'class',
+                                                                  'an interrupted attempt')
+                             END)
+          FROM claimed
+        UNION ALL
+        SELECT id, last_seq, attempts, 'status', '{"status": "running"}'::jsonb FROM claimed
+    ), counted AS (
+        INSERT INTO metric_totals AS m (backend, provider, attempts_started, retries,
+                                        queue_wait_counts, queue_wait_s)
+        SELECT pg_backend_pid(), provider, count(*), count(*) FILTER (WHERE attempts > 1),
+               -- queue_wait_counts: how many at or under each bound of DURATION_BUCKETS
+               -- (jobstream/types.py), written out: duration_counts (schema.sql) would sort the
+               -- batch, which costs more.
+               ARRAY[count(*) FILTER (WHERE attempts = 1 AND waited_s <= 0.05),
+                     count(*) FILTER (WHERE attempts = 1 AND waited_s <= 0.1),
+                     count(*) FILTER (WHERE attempts = 1 AND waited_s <= 0.25),
+                     count(*) FILTER (WHERE attempts = 1 AND waited_s <= 0.5),
+                     count(*) FILTER (WHERE attempts = 1 AND waited_s <= 1),
+                     count(*) FILTER (WHERE attempts = 1 AND waited_s <= 2.5),
+                     count(*) FILTER (WHERE attempts = 1 AND waited_s <= 5),
+                     count(*) FILTER (WHERE attempts = 1 AND waited_s <= 10),
+                     count(*) FILTER (WHERE attempts = 1 AND waited_s <= 30),
+                     count(*) FILTER (WHERE attempts = 1 AND waited_s <= 60),
+                     count(*) FILTER (WHERE attempts = 1 AND waited_s <= 120),
+                     count(*) FILTER (WHERE attempts = 1 AND waited_s <= 300),
+                     count(*) FILTER (WHERE attempts = 1 AND waited_s <= 600)],
+               coalesce(sum(waited_s) FILTER (WHERE attempts = 1), 0)
+          FROM claimed
+         GROUP BY provider
+        ON CONFLICT (backend, provider) DO UPDATE
+           SET attempts_started = m.attempts_started + EXCLUDED.attempts_started,
+               retries = m.retries + EXCLUDED.retries,
+               queue_wait_counts = add_counts(m.queue_wait_counts, EXCLUDED.queue_wait_counts),
+               queue_wait_s = m.queue_wait_s + EXCLUDED.queue_wait_s
+    )
+    SELECT array_agg((id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider,
+                      payload, last_seq)::claimed_job)
+      INTO taken
+      FROM claimed;
+    IF taken IS NULL THEN
+        RETURN;
+    END IF;
+
+    taken_tenants := ARRAY(SELECT DISTINCT c.tenant_id FROM unnest(taken) AS c ORDER BY 1);
+    PERFORM FROM tenants WHERE id = ANY(taken_tenants) ORDER BY id FOR NO KEY UPDATE;
+    WITH turn AS (
+        UPDATE tenants
+           SET last_claimed_at = coalesce($4::timestamptz, statement_timestamp())
+         WHERE id = ANY(taken_tenants)
+    )
+    SELECT array_agg(t.id)
+      INTO over_limit
+      FROM tenants t
+     WHERE t.id = ANY(taken_tenants)
+       AND t.max_running < (SELECT count(*) FROM jobs j
+                             WHERE j.tenant_id = t.id AND j.status IN ('running', 'cancelling'));
+    IF over_limit IS NOT NULL THEN
+        RAISE EXCEPTION 'tenants over their running limit: %', over_limit
+              USING ERRCODE = 'JS409', DETAIL = to_json(over_limit)::text;
+    END IF;
+    RETURN QUERY SELECT * FROM unnest(taken);
+END
+$$;
+
+INSERT INTO schema_version (version) VALUES (11) ON CONFLICT (version) DO NOTHING;

@@ -109,9 +109,9 @@ def claimer(max_jobs: int) -> tuple[str, Claim]:
     else as many claim() calls in a row (what a worker filling `max_jobs` slots does today)."""
     clock = DatabaseClock()
     # What a worker with the default settings claims for: both providers, openai limited to 16
-    # running attempts, so that each claim also probes for runnable openai jobs (LOCK_PROVIDERS),
-    # as the worker's own claims do. Claiming for the simulated provider alone, this probe went
-    # unmeasured while it read the whole backlog.
+    # running attempts, so that each claim also probes for runnable openai jobs (claim_jobs'
+    # step 1), as the worker's own claims do. Claiming for the simulated provider alone, this
+    # probe went unmeasured while it read the whole backlog.
     providers = [side.PROVIDER, "openai"]
     limits = {"openai": 16}
     batch = getattr(claims, "claim_batch", None)

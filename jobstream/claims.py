@@ -1,8 +1,8 @@
-"""Claiming jobs: a worker takes up to k runnable jobs for its free slots in one transaction.
+"""Claiming jobs: a worker takes up to k runnable jobs for its free slots in one call.
 
 Each claim starts an attempt under a new run_token, which fences every later write of the
-attempt (DESIGN.md §4.2); the statements' comments (jobstream/sql/claiming.sql) say how the
-claim stays fair and within every limit.
+attempt (DESIGN.md §4.2); the comment of claim_jobs (schema.sql), which the claim calls, says how
+it stays fair and within every limit.
 """
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 import asyncpg
+import orjson
 
 from jobstream import events
 from jobstream.clock import Clock
-from jobstream.db import Conn
 from jobstream.jobspec import AttemptSpec
 from jobstream.sql import queries
 
@@ -71,13 +70,12 @@ async def claim_batch(
     max_jobs: int,
     limits: Mapping[str, int] | None = None,
 ) -> list[Claimed]:
-    """Claim up to `max_jobs` runnable jobs of `providers` in one transaction.
+    """Claim up to `max_jobs` runnable jobs of `providers` in one call (claim_jobs, schema.sql).
 
     Tenants share the batch in turns, so a batch may hold fewer jobs than asked while more are
     runnable: claim again while slots are free and the last batch was not empty.
     `limits` caps the attempts running at once, across every worker, for the providers it names
-    (the others have none): the claim locks those providers' rows first, then counts (see
-    queries.LOCK_PROVIDERS and CLAIM_JOBS).
+    (the others have none): the claim locks those providers' rows first, then counts.
     """
     limits = {name: n for name, n in (limits or {}).items() if name in providers}
     unlimited = [name for name in providers if name not in limits]
@@ -100,6 +98,11 @@ async def claim_batch(
 CLAIM_TRIES_PER_TENANT = 3
 
 
+# The claim's SQLSTATE when a tenant it claimed for went over its running limit (claim_jobs in
+# schema.sql): the claim was undone, and its DETAIL names those tenants as a JSON array.
+TENANTS_FULL = "JS409"
+
+
 class _TenantsFull(Exception):
     def __init__(self, tenant_ids: list[str]) -> None:
         self.tenant_ids = tenant_ids
@@ -115,12 +118,24 @@ async def _claim_once(
     clock: Clock,
     max_jobs: int,
 ) -> list[Claimed]:
-    now = clock.now()
+    limited = sorted(limits)
     async with pool.acquire() as conn:
-        async with conn.transaction():
-            jobs = await _claim(
-                conn, unlimited, limits, full_tenants, worker_id, lease_s, now, max_jobs
+        try:
+            jobs = await conn.fetch(
+                queries.CLAIM_JOBS,
+                unlimited,
+                worker_id,
+                lease_s,
+                clock.now(),
+                limited,
+                [limits[name] for name in limited],
+                full_tenants,
+                max_jobs,
             )
+        except asyncpg.PostgresError as exc:
+            if exc.sqlstate != TENANTS_FULL or exc.detail is None:
+                raise
+            raise _TenantsFull(orjson.loads(exc.detail)) from None
         # After the commit: their attempts' logs opened (queries.NOTIFY_EVENTS says why).
         await events.announce(conn, [(job["id"], job["last_seq"]) for job in jobs])
     return [
@@ -136,44 +151,3 @@ async def _claim_once(
         )
         for job in jobs
     ]
-
-
-async def _claim(
-    conn: Conn,
-    unlimited: list[str],
-    limits: Mapping[str, int],
-    full_tenants: list[str],
-    worker_id: str,
-    lease_s: float,
-    now: datetime | None,
-    max_jobs: int,
-) -> list[asyncpg.Record]:
-    """The claim's statements, inside the caller's transaction."""
-    locked: list[str] = []
-    if limits:
-        rows = await conn.fetch(queries.LOCK_PROVIDERS, sorted(limits), now)
-        locked = [row["provider"] for row in rows]
-    jobs = await conn.fetch(
-        queries.CLAIM_JOBS,
-        unlimited,
-        worker_id,
-        lease_s,
-        now,
-        locked,
-        [limits[name] for name in locked],
-        full_tenants,
-        max_jobs,
-    )
-    if not jobs:
-        return []
-    over = await take_turns(conn, sorted({job["tenant_id"] for job in jobs}), now)
-    if over:
-        raise _TenantsFull(over)  # rolls the whole claim back
-    return jobs
-
-
-async def take_turns(conn: Conn, tenants: list[str], now: datetime | None) -> list[str]:
-    """Lock the rows of the tenants a claim took jobs for and record their turn; returns those
-    now over their running limit, counted after the locks (queries.LOCK_CLAIMED_TENANTS)."""
-    await conn.execute(queries.LOCK_CLAIMED_TENANTS, tenants)
-    return [row["id"] for row in await conn.fetch(queries.TENANTS_OVER_LIMIT, tenants, now)]

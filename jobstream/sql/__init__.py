@@ -34,10 +34,7 @@ class Queries:
     CONFIRM_CANCEL: str
     FINISH_ATTEMPT: str
     # claiming.sql
-    LOCK_PROVIDERS: str
     CLAIM_JOBS: str
-    LOCK_CLAIMED_TENANTS: str
-    TENANTS_OVER_LIMIT: str
     PAUSE_PROVIDER: str
     # connections.sql
     PING: str

@@ -79,7 +79,7 @@ SELECT * FROM jobs WHERE tenant_id = $1 AND idempotency_key = ANY($2::text[])
 -- name: TENANT_FOR_CREATE
 -- The locked path of a create, for a tenant with a budget or a create rate: its creates queue
 -- here, so that each one's budget and rate checks count every create committed before it.
--- NO KEY UPDATE: see LOCK_CLAIMED_TENANTS.
+-- NO KEY UPDATE: see claim_jobs' step 3 (schema.sql).
 SELECT budget_usd, create_rate_per_min FROM tenants WHERE id = $1 FOR NO KEY UPDATE
 
 -- name: TENANT_BUDGET_LEFT

@@ -171,9 +171,10 @@ async def test_the_claim_reads_as_much_with_20000_jobs_queued_as_with_200(
     assert large < 1.5 * small + 10, (small, large)
 
 
-async def lock_providers_buffers(pool: asyncpg.Pool, providers: list[str]) -> int:
-    """Pages LOCK_PROVIDERS touches."""
-    touched, _ = await statement_pages(pool, queries.LOCK_PROVIDERS, providers, None)
+async def limited_claim_buffers(pool: asyncpg.Pool, limited: list[str]) -> int:
+    """Pages a claim for providers with a limit touches (their probe, then the claim)."""
+    args: tuple[object, ...] = ([], "w", 30.0, None, limited, [16] * len(limited), [], 8)
+    touched, _ = await statement_pages(pool, queries.CLAIM_JOBS, *args)
     return touched
 
 
@@ -185,15 +186,17 @@ async def test_a_limited_providers_probe_reads_as_much_with_20000_jobs_queued_as
     # job of every provider: 10.8 ms a claim at 80,000 queued simulated jobs.
     await enqueue(pool, "default", 200)
     await pool.execute("VACUUM ANALYZE jobs")
-    small = await lock_providers_buffers(pool, ["openai"])
+    small = await limited_claim_buffers(pool, ["openai"])
     await enqueue(pool, "default", 20_000)
     await pool.execute("VACUUM ANALYZE jobs")
-    large = await lock_providers_buffers(pool, ["openai"])
+    large = await limited_claim_buffers(pool, ["openai"])
     assert large < 1.5 * small + 10, (small, large)
-    # The probe still finds a provider with runnable work, and only that one.
-    async with pool.acquire() as conn, conn.transaction():
-        rows = await conn.fetch(queries.LOCK_PROVIDERS, ["openai", "simulated"], None)
-    assert [r["provider"] for r in rows] == ["simulated"]
+    # The probe locks (upserts) the row of a provider with runnable work, and only that one.
+    assert await pool.fetchval("SELECT count(*) FROM provider_state") == 0
+    args: tuple[object, ...] = ([], "w", 30.0, None, ["openai", "simulated"], [16, 16], [], 8)
+    claimed = await pool.fetch(queries.CLAIM_JOBS, *args)
+    assert [row["provider"] for row in claimed] == ["simulated"] * 8
+    assert await pool.fetchval("SELECT array_agg(provider) FROM provider_state") == ["simulated"]
 
 
 async def test_a_claim_passes_over_a_queue_whose_jobs_claims_in_flight_hold(
@@ -216,10 +219,12 @@ async def test_a_claim_passes_over_a_queue_whose_jobs_claims_in_flight_hold(
 async def test_two_claims_taking_turns_behind_a_third_never_deadlock(
     pool: asyncpg.Pool, database_url: str
 ) -> None:
-    # Regression (LOCK_CLAIMED_TENANTS): a claim commits a new version of the tenant's row while
-    # two more wait for it, and a ledger booking's foreign key check holds FOR KEY SHARE on it.
-    # The second waiter took the old version's tuple lock, then waited for the first, which
-    # waited for that tuple lock: one of them failed with a deadlock (every time, here).
+    # Regression (claim_jobs' step 3, schema.sql): a claim commits a new version of the tenant's
+    # row while two more wait for it, and a ledger booking's foreign key check holds FOR KEY
+    # SHARE on it. The second waiter took the old version's tuple lock, then waited for the
+    # first, which waited for that tuple lock: one of them failed with a deadlock (every time,
+    # here, when the lock and the turn were one statement).
+    await enqueue(pool, "default", 2)
     sharer, writer, first, second = [await db.connect(database_url) for _ in range(4)]
     try:
         shared = sharer.transaction()
@@ -229,9 +234,9 @@ async def test_two_claims_taking_turns_behind_a_third_never_deadlock(
         await ahead.start()
         await writer.execute("UPDATE tenants SET last_claimed_at = now() WHERE id = 'default'")
 
-        async def take_turn(conn: asyncpg.Connection) -> list[str]:
-            async with conn.transaction():
-                return await claims.take_turns(conn, ["default"], None)
+        async def take_turn(conn: asyncpg.Connection) -> int:
+            args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 1)
+            return len(await conn.fetch(queries.CLAIM_JOBS, *args))
 
         async def waiting() -> int:
             n: int = await pool.fetchval(
@@ -245,7 +250,7 @@ async def test_two_claims_taking_turns_behind_a_third_never_deadlock(
         turns.append(asyncio.create_task(take_turn(second)))
         await eventually(waiting, lambda n: n == 2, what="the second claim waits")
         await ahead.commit()
-        assert await asyncio.wait_for(asyncio.gather(*turns), 10) == [[], []]
+        assert await asyncio.wait_for(asyncio.gather(*turns), 10) == [1, 1]
         await shared.commit()
     finally:
         for conn in (sharer, writer, first, second):

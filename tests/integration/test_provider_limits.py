@@ -106,7 +106,12 @@ async def test_schema_applies_while_a_claim_holds_a_provider_row(
     applier = await db.connect(database_url)
     try:
         async with wide_pool.acquire() as claimer, claimer.transaction():
-            await claimer.fetch(queries.LOCK_PROVIDERS, ["openai"], None)
+            # What a claim for a limited provider with runnable jobs locks first (claim_jobs,
+            # schema.sql), held as a claim under way holds it.
+            await claimer.execute(
+                "INSERT INTO provider_state (provider) VALUES ('openai')"
+                " ON CONFLICT (provider) DO UPDATE SET paused_until = provider_state.paused_until"
+            )
             applying = asyncio.create_task(migrations.apply_schema(applier))
             pid = applier.get_server_pid()
 

@@ -13,6 +13,7 @@ from typing import get_args
 
 from jobstream.sql import Queries, queries
 from jobstream.types import EventType
+from tests.support.schema_sql import function_body
 
 ROOT = Path(__file__).resolve().parents[2]
 STORED = set(get_args(EventType))
@@ -28,7 +29,8 @@ def written_by_the_product() -> set[str]:
         for source in (ROOT / directory).rglob("*.py")
         for kind in re.findall(r'\bNewEvent\(\s*"(\w+)"', source.read_text(encoding="utf-8"))
     }
-    inserting = (getattr(queries, f.name) for f in fields(Queries))
+    # The blocks, and the function that CLAIM_JOBS calls (it opens each attempt's log).
+    inserting = [*(getattr(queries, f.name) for f in fields(Queries)), function_body("claim_jobs")]
     sql = {
         kind
         for block in inserting

@@ -13,10 +13,12 @@ from pathlib import Path
 from jobstream import channels
 from jobstream.sql import Queries, parse, queries
 from jobstream.types import ACTIVE_STATUSES, DURATION_BUCKETS, TERMINAL_STATUSES
+from tests.support.schema_sql import function_body
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = {f.name: getattr(queries, f.name) for f in fields(Queries)}
-EVERY_STATEMENT = "\n".join(BLOCKS.values())
+# The blocks, and the statements of the function that CLAIM_JOBS calls.
+EVERY_STATEMENT = "\n".join([*BLOCKS.values(), function_body("claim_jobs")])
 # Where the product runs them; the tests may name them too.
 PRODUCT = ("server", "worker", "jobstream", "bench")
 _NAMED = re.compile(r"\bqueries\.([A-Z][A-Z_]*)\b")
@@ -72,32 +74,24 @@ def test_status_lists_are_the_active_or_the_terminal_statuses() -> None:
 
 def test_histograms_count_at_each_of_the_duration_buckets() -> None:
     histograms = re.findall(r"ARRAY\[(count\(\*\) FILTER .*?)\]", EVERY_STATEMENT, re.S)
-    assert len(histograms) == 2  # queue waits (CLAIM_JOBS), run times (SUCCEED_ATTEMPTS)
+    assert len(histograms) == 2  # queue waits (claim_jobs), run times (SUCCEED_ATTEMPTS)
     for histogram in histograms:
         assert histogram.count("count(*)") == len(DURATION_BUCKETS)
         bounds = re.findall(r"<= ([0-9.]+)\)", histogram)
         assert [float(b) for b in bounds] == list(DURATION_BUCKETS)
     # FINISH_ATTEMPT's one row: schema.sql's duration_counts.
     assert "duration_counts(array_agg(run_s ORDER BY run_s))" in queries.FINISH_ATTEMPT
-    bounds = re.findall(r"width_bucket\(([0-9.]+), sorted\)", _function("duration_counts"))
+    bounds = re.findall(r"width_bucket\(([0-9.]+), sorted\)", function_body("duration_counts"))
     assert [float(b) for b in bounds] == list(DURATION_BUCKETS)
 
 
 def test_histograms_are_added_bucket_by_bucket() -> None:
     assert "ELSE ARRAY[" not in EVERY_STATEMENT  # merged by add_counts, not written out
     merged = re.findall(r"(\w+) = add_counts\(m\.(\w+), EXCLUDED\.(\w+)\)", EVERY_STATEMENT)
-    # CLAIM_JOBS, SUCCEED_ATTEMPTS, FINISH_ATTEMPT, and FOLD_METRIC_TOTALS' two
+    # claim_jobs, SUCCEED_ATTEMPTS, FINISH_ATTEMPT, and FOLD_METRIC_TOTALS' two
     assert len(merged) == 5
     assert all(column == m == excluded for column, m, excluded in merged)
-    terms = re.findall(r"a\[(\d+)\] \+ b\[(\d+)\]", _function("add_counts"))
+    terms = re.findall(r"a\[(\d+)\] \+ b\[(\d+)\]", function_body("add_counts"))
     assert [(int(a), int(b)) for a, b in terms] == [
         (i, i) for i in range(1, len(DURATION_BUCKETS) + 1)
     ]
-
-
-def _function(name: str) -> str:
-    """The body of a function of schema.sql."""
-    schema = (ROOT / "schema.sql").read_text(encoding="utf-8")
-    found = re.search(rf"CREATE OR REPLACE FUNCTION {name}\(.*?\$\$(.*?)\$\$", schema, re.S)
-    assert found, name
-    return found.group(1)
