@@ -13,6 +13,7 @@ from jobstream.db import Conn, Queryable
 from jobstream.errors import JobNotFound
 from jobstream.rows import AttemptRow, JobRow
 from jobstream.sql import queries
+from jobstream.types import TERMINAL_STATUSES, JobStatus
 
 
 async def get(conn: Queryable, tenant_id: str, job_id: uuid.UUID) -> JobRow:
@@ -37,6 +38,31 @@ async def list_jobs(
     created_at, last_id = before if before else (None, None)
     rows = await pool.fetch(queries.LIST_JOBS, tenant_id, status, created_at, last_id, limit)
     return [JobRow.of(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Where a job's log stands: what a follower asks before it reads the log."""
+
+    status: JobStatus
+    last_seq: int  # the seq of its last event
+
+    @property
+    def finished(self) -> bool:
+        """The log is complete: nothing will be appended after last_seq."""
+        return self.status in TERMINAL_STATUSES
+
+
+async def progress(pool: asyncpg.Pool, job_id: uuid.UUID, tenant_id: str | None) -> Progress:
+    """The job's progress, if it is `tenant_id`'s. `tenant_id` None: the reader holds the job's
+    signed events token, which names the job whatever its tenant. Raises JobNotFound."""
+    if tenant_id is None:
+        row = await pool.fetchrow(queries.JOB_PROGRESS_BY_TOKEN, job_id)
+    else:
+        row = await pool.fetchrow(queries.JOB_PROGRESS, job_id, tenant_id)
+    if row is None:
+        raise JobNotFound(str(job_id))
+    return Progress(row["status"], row["last_seq"])
 
 
 @dataclass(frozen=True)

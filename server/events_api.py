@@ -8,15 +8,14 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
-import asyncpg
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from jobstream import sse
+from jobstream import job_reads, sse
+from jobstream.errors import JobNotFound
 from jobstream.events import Event
-from jobstream.sql import queries
-from jobstream.types import TERMINAL_STATUSES
+from jobstream.job_reads import Progress
 from server import gone, validation
 from server.auth import tenant_id
 from server.event_stream import EventStream
@@ -61,14 +60,14 @@ async def follow_events(request: Request) -> Response:
         wait_s = _wait(request)
     progress = await _progress(app, job_id, tenant)
     # A finished job's log is complete: replay it, no need to follow.
-    live = progress["status"] not in TERMINAL_STATUSES
+    live = not progress.finished
     if wants_sse:
-        if not live and cursor >= progress["last_seq"]:
+        if not live and cursor >= progress.last_seq:
             # Nothing after this cursor will ever come. 204 is the one answer that makes an
             # EventSource stop reconnecting (a page that did not close() it after `done`, say).
             return Response(status_code=204)
-        return _Stream(app, job_id, cursor, progress["last_seq"], live)
-    return await _poll(app, job_id, tenant, cursor, progress["last_seq"], live, wait_s)
+        return _Stream(app, job_id, cursor, progress.last_seq, live)
+    return await _poll(app, job_id, tenant, cursor, progress.last_seq, live, wait_s)
 
 
 async def _reader(request: Request, app: AppState, job_id: uuid.UUID) -> str | None:
@@ -88,14 +87,11 @@ async def _reader(request: Request, app: AppState, job_id: uuid.UUID) -> str | N
     return await tenant_id(request)
 
 
-async def _progress(app: AppState, job_id: uuid.UUID, tenant: str | None) -> asyncpg.Record:
-    if tenant is None:
-        progress = await app.pool.fetchrow(queries.JOB_PROGRESS_BY_TOKEN, job_id)
-    else:
-        progress = await app.pool.fetchrow(queries.JOB_PROGRESS, job_id, tenant)
-    if progress is None:
-        raise await gone.missing(app, job_id, tenant)
-    return progress
+async def _progress(app: AppState, job_id: uuid.UUID, tenant: str | None) -> Progress:
+    try:
+        return await job_reads.progress(app.pool, job_id, tenant)
+    except JobNotFound:
+        raise await gone.missing(app, job_id, tenant) from None
 
 
 def _query_cursor(request: Request) -> int:
@@ -193,13 +189,15 @@ async def _poll(
     finally:
         if sub is not None:
             sub.close()
+    # The status after the wait. Read after the events, never before: a `done` it gives is
+    # true of the events this answer holds (a job that finished meanwhile with events this
+    # reader lacks answers done: false, and the next poll reads them).
     progress = await _progress(app, job_id, tenant)
-    status = progress["status"]
     body: dict[str, Any] = {
         "events": [event.to_json() for event in batch],
         "next_after": tail.cursor,
-        "status": status,
+        "status": progress.status,
         # Nothing more will come: the job is finished and this reader has its last event.
-        "done": status in TERMINAL_STATUSES and tail.cursor >= progress["last_seq"],
+        "done": progress.finished and tail.cursor >= progress.last_seq,
     }
     return json_response(body)
