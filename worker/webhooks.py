@@ -64,6 +64,27 @@ class GiveUp:
 Outcome = Delivered | FailedTry | GiveUp
 
 
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """An outbox row this sender claimed (queries.CLAIM_WEBHOOK_DELIVERIES). `attempts` (this
+    try counted) and `held_until` are the claim: every mark of the outcome names them."""
+
+    id: int
+    url: str
+    payload: dict[str, Any]
+    attempts: int
+    held_until: datetime
+    tenant_id: str
+    webhook_secret: str | None  # the tenant's own, if it has one
+
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> Delivery:
+        return cls(
+            r["id"], r["url"], r["payload"], r["attempts"], r["held_until"], r["tenant_id"],
+            r["webhook_secret"],
+        )  # fmt: skip
+
+
 class WebhookSender:
     def __init__(
         self, pool: asyncpg.Pool, settings: Settings, *, clock: Clock, rng: random.Random
@@ -104,14 +125,14 @@ class WebhookSender:
         rows = await self._pool.fetch(
             queries.CLAIM_WEBHOOK_DELIVERIES, self._clock.now(), BATCH, self.hold_s
         )
-        await asyncio.gather(*(self._deliver(http, row) for row in rows))
+        await asyncio.gather(*(self._deliver(http, Delivery.of(row)) for row in rows))
         return len(rows)
 
-    async def _deliver(self, http: httpx.AsyncClient, row: asyncpg.Record) -> None:
-        await self._record(row, await self._try(http, row))
+    async def _deliver(self, http: httpx.AsyncClient, delivery: Delivery) -> None:
+        await self._record(delivery, await self._try(http, delivery))
 
-    async def _try(self, http: httpx.AsyncClient, row: asyncpg.Record) -> Outcome:
-        url: str = row["url"]
+    async def _try(self, http: httpx.AsyncClient, delivery: Delivery) -> Outcome:
+        url = delivery.url
         timeout_s = self._settings.webhook_timeout_s
         # One deadline for the lookup and the POST together, shorter than the hold: httpx's
         # timeout bounds each phase (connect, each read), so a receiver trickling its answer
@@ -125,8 +146,8 @@ class WebhookSender:
                     return FailedTry(reason)  # a resolver outage heals: retry with backoff
                 case None:
                     pass
-        body = orjson.dumps(row["payload"])
-        headers = await self._headers(row, body)
+        body = orjson.dumps(delivery.payload)
+        headers = await self._headers(delivery, body)
         try:
             async with asyncio.timeout_at(deadline):
                 response = await http.post(url, content=body, headers=headers)
@@ -142,11 +163,11 @@ class WebhookSender:
             f"HTTP {response.status_code}: {response.text[:200]}", response.status_code
         )
 
-    async def _headers(self, row: asyncpg.Record, body: bytes) -> dict[str, str]:
-        secret = await self._secret(row)
+    async def _headers(self, delivery: Delivery, body: bytes) -> dict[str, str]:
+        secret = await self._secret(delivery)
         now = self._clock.now() or datetime.now(UTC)
         timestamp = int(now.timestamp())
-        msg_id = str(row["id"])
+        msg_id = str(delivery.id)
         return {
             "content-type": "application/json",
             "webhook-id": msg_id,
@@ -154,22 +175,21 @@ class WebhookSender:
             "webhook-signature": signatures.sign(secret, msg_id, timestamp, body),
         }
 
-    async def _secret(self, row: asyncpg.Record) -> str:
+    async def _secret(self, delivery: Delivery) -> str:
         """The tenant's own secret, else the setting's, else one generated for the tenant."""
-        own: str | None = row["webhook_secret"]
-        if own:
-            return own
+        if delivery.webhook_secret:
+            return delivery.webhook_secret
         if self._settings.webhook_secret:
             return self._settings.webhook_secret
         stored: str = await self._pool.fetchval(
-            queries.ENSURE_WEBHOOK_SECRET, row["tenant_id"], signatures.new_secret()
+            queries.ENSURE_WEBHOOK_SECRET, delivery.tenant_id, signatures.new_secret()
         )
         return stored
 
-    async def _record(self, row: asyncpg.Record, outcome: Outcome) -> None:
+    async def _record(self, delivery: Delivery, outcome: Outcome) -> None:
         """Write the outcome over this claim, unless another claim has taken the row since."""
-        delivery_id: int = row["id"]
-        attempts: int = row["attempts"]
+        delivery_id = delivery.id
+        attempts = delivery.attempts
         fields: dict[str, Any] = {"delivery_id": delivery_id, "attempts": attempts}
         match outcome:
             case Delivered(status_code):
@@ -178,16 +198,16 @@ class WebhookSender:
                     delivery_id,
                     status_code,
                     attempts,
-                    row["held_until"],
+                    delivery.held_until,
                 )
                 event = "webhook_delivered"
             case FailedTry(error, status_code):
                 give_up = attempts >= self._settings.webhook_max_attempts
-                marked = await self._mark_failed(row, error, status_code, give_up=give_up)
+                marked = await self._mark_failed(delivery, error, status_code, give_up=give_up)
                 event = "webhook_failed" if give_up else "webhook_retrying"
                 fields["error"] = error
             case GiveUp(error):
-                marked = await self._mark_failed(row, error, None, give_up=True)
+                marked = await self._mark_failed(delivery, error, None, give_up=True)
                 event = "webhook_failed"
                 fields["error"] = error
         if marked is None:
@@ -200,20 +220,20 @@ class WebhookSender:
             log.warning(event, **fields)
 
     async def _mark_failed(
-        self, row: asyncpg.Record, error: str, status_code: int | None, *, give_up: bool
+        self, delivery: Delivery, error: str, status_code: int | None, *, give_up: bool
     ) -> int | None:
         """Record a failed try (retry after a backoff, or `failed`); None when fenced off."""
-        attempts: int = row["attempts"]
+        attempts = delivery.attempts
         delay = 0.0 if give_up else self._backoff.delay(attempts, self._rng)
         marked: int | None = await self._pool.fetchval(
             queries.MARK_WEBHOOK_FAILED_TRY,
-            row["id"],
+            delivery.id,
             status_code,
             error[:_MAX_ERROR_CHARS],
             give_up,
             delay,
             self._clock.now(),
             attempts,
-            row["held_until"],
+            delivery.held_until,
         )
         return marked
