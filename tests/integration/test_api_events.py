@@ -18,18 +18,9 @@ from server.app import create_app
 from server.hub import Hub
 from server.stream_tokens import StreamTokens
 from tests.support import attempt_driver as drive
+from tests.support.api import PROBLEM, create, until_followers
 from tests.support.http_server import http_client, serve
-from tests.support.polling import eventually
 from tests.support.sse_client import SSE_HEADERS, read_stream, reassemble
-
-PROBLEM = "application/problem+json"
-
-
-async def create(client: httpx.AsyncClient) -> dict[str, Any]:
-    response = await client.post("/api/jobs", json={"prompt": "count", "simulate": {"tokens": 5}})
-    assert response.status_code == 202
-    job: dict[str, Any] = response.json()
-    return job
 
 
 async def finished_job(client: httpx.AsyncClient, pool: asyncpg.Pool) -> dict[str, Any]:
@@ -40,13 +31,6 @@ async def finished_job(client: httpx.AsyncClient, pool: asyncpg.Pool) -> dict[st
         await drive.tokens(pool, held, drive.count_tokens(i, i + 1))
     await drive.succeed(pool, held, "0 1 2 3 4 ")
     return job
-
-
-async def until_followers(hub: Hub, n: int, *, what: str) -> None:
-    async def followers() -> int:
-        return hub.subscribers
-
-    await eventually(followers, lambda count: count == n, what=what)
 
 
 def plain(job: dict[str, Any]) -> str:

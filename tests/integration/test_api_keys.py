@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import asyncpg
 import httpx
@@ -14,10 +13,10 @@ import pytest
 from jobstream import cli, tenants
 from jobstream.settings import Settings
 from server.app import create_app
+from tests.support.api import PROBLEM, create
 from tests.support.http_server import http_client, serve
 from tests.support.sse_client import read_stream
 
-PROBLEM = "application/problem+json"
 JOB = {"prompt": "count", "simulate": {"tokens": 5}}
 
 
@@ -37,13 +36,6 @@ async def anonymous(required_url: str) -> AsyncIterator[httpx.AsyncClient]:
 async def keyed(base_url: str, key: str) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {key}"}
     return http_client(base_url=base_url, timeout=30, headers=headers)
-
-
-async def create(client: httpx.AsyncClient) -> dict[str, Any]:
-    response = await client.post("/api/jobs", json=JOB)
-    assert response.status_code == 202, response.text
-    job: dict[str, Any] = response.json()
-    return job
 
 
 def assert_401(response: httpx.Response) -> None:

@@ -18,6 +18,7 @@ from jobstream.sql import queries
 from server.app import create_app
 from server.hub import Hub
 from tests.support import attempt_driver as drive
+from tests.support.api import create, until_followers
 from tests.support.http_server import http_client, serve
 from tests.support.polling import eventually, signalled
 from tests.support.sse_client import read_stream, reassemble
@@ -46,20 +47,6 @@ async def served(hub_settings: Settings) -> AsyncIterator[Served]:
         http_client(base_url=url, timeout=30, limits=limits) as client,
     ):
         yield Served(url, app.state.js.hub, client)
-
-
-async def create(client: httpx.AsyncClient) -> dict[str, Any]:
-    response = await client.post("/api/jobs", json={"prompt": "p"})
-    assert response.status_code == 202
-    job: dict[str, Any] = response.json()
-    return job
-
-
-async def until_followers(hub: Hub, n: int) -> None:
-    async def followers() -> int:
-        return hub.subscribers
-
-    await eventually(followers, lambda count: count == n, what=f"{n} streams follow the job")
 
 
 async def hub_backend(pool: asyncpg.Pool) -> int | None:

@@ -17,6 +17,7 @@ from jobstream import attempts, db, retention
 from jobstream.settings import Settings
 from tests.integration.test_metrics import samples
 from tests.support import attempt_driver as drive
+from tests.support.api import PROBLEM
 from tests.support.clock import ManualClock
 from tests.support.polling import eventually
 from tests.support.sse_client import read_stream, reassemble
@@ -30,7 +31,6 @@ from tests.support.workers import (
 )
 from worker.janitor import Janitor
 
-PROBLEM = "application/problem+json"
 TABLES = ("jobs", "job_attempts", "job_events", "webhook_deliveries")
 
 

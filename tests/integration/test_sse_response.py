@@ -15,17 +15,11 @@ from jobstream.settings import Settings
 from server.app import create_app
 from server.hub import Hub
 from tests.support import attempt_driver as drive
+from tests.support.api import create
 from tests.support.http_server import http_client, serve
 from tests.support.polling import eventually
 from tests.support.sse_client import SSE_HEADERS, read_stream
 from tests.support.stalled_reader import read_to_end, stalled_reader
-
-
-async def create(client: httpx.AsyncClient) -> dict[str, Any]:
-    response = await client.post("/api/jobs", json={"prompt": "count", "simulate": {"tokens": 5}})
-    assert response.status_code == 202
-    job: dict[str, Any] = response.json()
-    return job
 
 
 def assert_stream_headers(headers: httpx.Headers) -> None:

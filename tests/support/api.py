@@ -1,11 +1,15 @@
-"""What tests of the jobs API send and check: a job's body, the problem media type, the jobs
-table's size."""
+"""What tests of the jobs API send and check: a job's body, a job made over HTTP, the problem
+media type, the jobs table's size, the hub's followers."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import asyncpg
+import httpx
+
+from server.hub import Hub
+from tests.support.polling import eventually
 
 PROBLEM = "application/problem+json"
 
@@ -18,3 +22,20 @@ def job_body(**fields: Any) -> dict[str, Any]:
 async def job_count(pool: asyncpg.Pool) -> int:
     count: int = await pool.fetchval("SELECT count(*) FROM jobs")
     return count
+
+
+async def create(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
+    """POST /api/jobs with job_body(**fields); the 202's body."""
+    response = await client.post("/api/jobs", json=job_body(**fields))
+    assert response.status_code == 202, response.text
+    job: dict[str, Any] = response.json()
+    return job
+
+
+async def until_followers(hub: Hub, n: int, *, what: str | None = None) -> None:
+    """Wait until `n` streams follow jobs through `hub`."""
+
+    async def followers() -> int:
+        return hub.subscribers
+
+    await eventually(followers, lambda count: count == n, what=what or f"{n} streams follow")
