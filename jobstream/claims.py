@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import asyncpg
-import orjson
 
 from jobstream import events
 from jobstream.clock import Clock
@@ -98,11 +97,6 @@ async def claim_batch(
 CLAIM_TRIES_PER_TENANT = 3
 
 
-# The claim's SQLSTATE when a tenant it claimed for went over its running limit (claim_jobs in
-# schema.sql): the claim was undone, and its DETAIL names those tenants as a JSON array.
-TENANTS_FULL = "JS409"
-
-
 class _TenantsFull(Exception):
     def __init__(self, tenant_ids: list[str]) -> None:
         self.tenant_ids = tenant_ids
@@ -120,22 +114,20 @@ async def _claim_once(
 ) -> list[Claimed]:
     limited = sorted(limits)
     async with pool.acquire() as conn:
-        try:
-            jobs = await conn.fetch(
-                queries.CLAIM_JOBS,
-                unlimited,
-                worker_id,
-                lease_s,
-                clock.now(),
-                limited,
-                [limits[name] for name in limited],
-                full_tenants,
-                max_jobs,
-            )
-        except asyncpg.PostgresError as exc:
-            if exc.sqlstate != TENANTS_FULL or exc.detail is None:
-                raise
-            raise _TenantsFull(orjson.loads(exc.detail)) from None
+        jobs = await conn.fetch(
+            queries.CLAIM_JOBS,
+            unlimited,
+            worker_id,
+            lease_s,
+            clock.now(),
+            limited,
+            [limits[name] for name in limited],
+            full_tenants,
+            max_jobs,
+        )
+        if jobs and jobs[0]["id"] is None:
+            # The claim undid itself: these tenants went over their running limit.
+            raise _TenantsFull([job["tenant_id"] for job in jobs])
         # After the commit: their attempts' logs opened (queries.NOTIFY_EVENTS says why).
         await events.announce(conn, [(job["id"], job["last_seq"]) for job in jobs])
     return [

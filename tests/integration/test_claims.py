@@ -116,6 +116,47 @@ async def test_racing_batch_claims_keep_the_tenants_limit_exact(
         await wide_pool.execute("UPDATE jobs SET status = 'succeeded' WHERE status = 'running'")
 
 
+async def test_a_claim_that_loses_the_race_for_a_tenants_last_slot_undoes_itself(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    # Both claims see the tenant's one free slot; the second, counting again after the first
+    # committed, is over the limit. It undoes its writes in claim_jobs' savepoint and names the
+    # tenant in a row with no id, so no ERROR reaches PostgreSQL's log (schema version 11 raised
+    # one at every lost race).
+    await pool.execute("UPDATE tenants SET max_running = 1 WHERE id = 'default'")
+    await enqueue(pool, "default", 2)
+    args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 1)
+    first, second = [await db.connect(database_url) for _ in range(2)]
+    try:
+        ahead = first.transaction()
+        await ahead.start()
+        [won] = await first.fetch(queries.CLAIM_JOBS, *args)  # holds the tenant's row
+        losing = asyncio.create_task(second.fetch(queries.CLAIM_JOBS, *args))
+
+        async def waiting() -> int:
+            n: int = await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            return n
+
+        await eventually(waiting, lambda n: n == 1, what="the second claim waits for the tenant")
+        await ahead.commit()
+        lost = await asyncio.wait_for(losing, 10)
+    finally:
+        await first.close()
+        await second.close()
+    assert [(row["id"], row["tenant_id"]) for row in lost] == [(None, "default")]
+    assert won["id"] is not None
+    rows = await pool.fetch("SELECT id, status, attempts FROM jobs ORDER BY status")
+    assert [(r["status"], r["attempts"]) for r in rows] == [("queued", 0), ("running", 1)]
+    assert await pool.fetchval("SELECT count(*) FROM job_attempts") == 1
+    # Its lost claim's job gets the slot once it frees.
+    await pool.execute("UPDATE jobs SET status = 'succeeded' WHERE id = $1", won["id"])
+    [held] = await claim(pool, 1)
+    assert held.job_id != won["id"]
+
+
 async def test_a_delayed_job_is_queued_and_not_claimed_before_its_time(
     pool: asyncpg.Pool,
 ) -> None:
