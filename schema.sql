@@ -2,7 +2,7 @@
 -- A fresh database gets this file whole; an older one gets the migrations/ after its recorded
 -- version (jobstream/migrations.py, docs/operations.md). Change both together: a test checks
 -- that the migrations lead to exactly this schema.
--- schema-version: 12
+-- schema-version: 11
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -420,9 +420,9 @@ $$;
 --    snapshot follows the locks and so sees every claim committed before it. That statement
 --    also records the tenants' turn (last_claimed_at) on rows already held. A tenant over its
 --    limit undoes steps 2 and 3 (they run in a savepoint) and the call returns, instead of
---    jobs, a row with no id for each such tenant: claims.claim_batch tries again. Until schema
---    version 12 the whole call failed instead (SQLSTATE JS409), which PostgreSQL logged as an
---    ERROR, with the statement, at every lost race for a tenant's last slot.
+--    jobs, a row with no id for each such tenant: claims.claim_batch tries again. Failing the
+--    call instead (an error of our own, which undoes the claim just as well) would have
+--    PostgreSQL log an ERROR, with the statement, at every lost race for a tenant's last slot.
 --    - FOR NO KEY UPDATE, never FOR UPDATE, on tenants: a foreign key to a tenant (the ledger's)
 --      takes FOR KEY SHARE, which FOR UPDATE conflicts with. NO KEY UPDATE still serialises the
 --      lockers.
@@ -662,4 +662,4 @@ BEGIN
 END
 $$;
 
-INSERT INTO schema_version (version) VALUES (12) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (11) ON CONFLICT (version) DO NOTHING;

@@ -121,8 +121,8 @@ async def test_a_claim_that_loses_the_race_for_a_tenants_last_slot_undoes_itself
 ) -> None:
     # Both claims see the tenant's one free slot; the second, counting again after the first
     # committed, is over the limit. It undoes its writes in claim_jobs' savepoint and names the
-    # tenant in a row with no id, so no ERROR reaches PostgreSQL's log (schema version 11 raised
-    # one at every lost race).
+    # tenant in a row with no id, so no ERROR reaches PostgreSQL's log (an error of its own would
+    # undo the claim as well, and be logged at every lost race).
     await pool.execute("UPDATE tenants SET max_running = 1 WHERE id = 'default'")
     await enqueue(pool, "default", 2)
     args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 1)
