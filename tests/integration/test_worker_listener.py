@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-import asyncpg
+import asyncio
+from typing import Any
 
+import asyncpg
+import pytest
+
+from jobstream import claims
+from jobstream.claims import Claimed
 from jobstream.settings import Settings
 from tests.support.polling import eventually, signalled
 from tests.support.workers import create_job, fast, running_worker, wait_for_status
@@ -44,3 +50,39 @@ async def test_the_listener_reconnects_after_its_connection_is_killed(
         job_id = await create_job(pool, simulate=fast(3))
         await wait_for_status(pool, job_id, "succeeded", timeout_s=5)
         assert await listener_pids(pool) == [new_pid]
+
+
+async def test_a_job_announced_while_a_claim_is_under_way_is_claimed_at_once(
+    pool: asyncpg.Pool, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regression: the wake-up a job's NOTIFY brings while a claim is under way found every slot
+    # reserved by that claim and started none; the claim, whose snapshot came before the job,
+    # came back empty, and the job waited for the next poll.
+    found_nothing = asyncio.Event()
+    gate = asyncio.Event()
+    claim_batch = claims.claim_batch
+
+    async def slow_claim(*args: Any, **kwargs: Any) -> list[Claimed]:
+        held = await claim_batch(*args, **kwargs)
+        found_nothing.set()
+        await gate.wait()  # its snapshot taken, still under way when the NOTIFY comes
+        return held
+
+    monkeypatch.setattr(claims, "claim_batch", slow_claim)
+    # No gathering pause: the claim round the wake-up brings runs in the step that takes it,
+    # before this test's own task resumes and opens the gate.
+    quick = settings.replace(poll_interval_s=NO_POLLING, claim_gather_s=0.0)
+    async with running_worker(quick, pool=pool) as worker:
+        await signalled(found_nothing.wait(), what="a claim found nothing and is under way")
+        woken = asyncio.Event()
+        wake = worker.wake
+
+        def noted_wake() -> None:
+            wake()
+            woken.set()
+
+        monkeypatch.setattr(worker, "wake", noted_wake)
+        job_id = await create_job(pool, simulate=fast(3))
+        await signalled(woken.wait(), what="the job's NOTIFY wakes the worker")
+        gate.set()
+        await wait_for_status(pool, job_id, "succeeded", timeout_s=5)
