@@ -9,7 +9,9 @@ import asyncpg
 import pytest
 
 from jobstream import db, migrations
+from jobstream.sql import queries
 from tests.support import database
+from tests.support.polling import eventually
 
 # The parts of a catalog two schemas must share: columns, constraints, indexes, views,
 # functions and tables' storage options (jobs' fillfactor).
@@ -106,6 +108,35 @@ async def test_a_current_schema_takes_no_lock_so_start_up_never_waits_for_worker
                 await migrations.apply_schema(starting)
         finally:
             await starting.close()
+
+
+async def test_two_processes_creating_the_schema_at_once_both_start(empty_url: str) -> None:
+    # Regression: a server and a worker started on an empty database. The one that waited for
+    # the other's schema lock read the schema's absence from its catalog cache, which the wait
+    # did not refresh, and ran schema.sql again: DuplicateObjectError on its type, and a server
+    # that failed to start.
+    first, second = await db.connect(empty_url), await db.connect(empty_url)
+    try:
+        creating = first.transaction()
+        await creating.start()
+        await first.execute(queries.LOCK_SCHEMA, migrations.SCHEMA_LOCK_ID)
+        applying = asyncio.create_task(migrations.apply_schema(second))
+        pid = second.get_server_pid()
+
+        async def waiting() -> bool:
+            row = await first.fetchrow(
+                "SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1", pid
+            )
+            return row is not None and row["wait_event_type"] == "Lock"
+
+        await eventually(waiting, bool, what="the second process waits for the schema lock")
+        await first.execute(migrations.load_schema())
+        await creating.commit()
+        async with asyncio.timeout(10):
+            assert await applying == migrations.schema_version(migrations.load_schema())
+    finally:
+        await first.close()
+        await second.close()
 
 
 async def test_a_database_newer_than_the_code_is_refused(pool: asyncpg.Pool) -> None:
