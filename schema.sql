@@ -2,7 +2,7 @@
 -- A fresh database gets this file whole; an older one gets the migrations/ after its recorded
 -- version (jobstream/migrations.py, docs/operations.md). Change both together: a test checks
 -- that the migrations lead to exactly this schema.
--- schema-version: 11
+-- schema-version: 12
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -58,6 +58,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     -- nothing without it, and tenants are never deleted. The per-row check cost 15 % of a batch
     -- create.
     tenant_id           text NOT NULL,
+    -- The create's Idempotency-Key, as the job's representation shows it. Unique per tenant in
+    -- job_keys, not here (job_keys says why).
     idempotency_key     text,
     -- sha256 of the canonical request body: same key + same hash = the same job.
     request_hash        text NOT NULL,
@@ -109,8 +111,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_at          timestamptz NOT NULL DEFAULT now(),
     started_at          timestamptz,
     finished_at         timestamptz,
-    updated_at          timestamptz NOT NULL DEFAULT now(),
-    UNIQUE (tenant_id, idempotency_key)
+    updated_at          timestamptz NOT NULL DEFAULT now()
 -- A fifth of each page left free: a running job's row is rewritten by every token write, and a
 -- rewrite that fits on its page is a HOT update (no index touched) when no indexed column
 -- changes. On full pages every token write moved its rows: for 1,000 streams, 6.8 WAL records
@@ -164,6 +165,20 @@ CREATE INDEX IF NOT EXISTS jobs_tenant_created_idx ON jobs (tenant_id, created_a
 CREATE INDEX IF NOT EXISTS jobs_unsettled_idx ON jobs (finished_at)
     WHERE finished_at IS NOT NULL AND expires_at IS NULL;
 CREATE INDEX IF NOT EXISTS jobs_expiry_idx ON jobs (expires_at) WHERE expires_at IS NOT NULL;
+
+-- Idempotency keys: which job a tenant's key made. Written once, by the create that wins the key
+-- (queries.INSERT_JOBS: ON CONFLICT DO NOTHING here decides it), deleted with the job. A table
+-- of its own, because a unique index on jobs gets a new entry at every update that is not HOT,
+-- and a job has two (the claim, the end): each one checked the key's uniqueness against the
+-- old version of the same row, on a random leaf page of a random key. One claim and one
+-- success of 64 jobs in a loop: 160 / 173 / 173 µs of the backend's CPU a job with the
+-- constraint on jobs, 130 / 138 / 143 without it (schema version 12).
+CREATE TABLE IF NOT EXISTS job_keys (
+    tenant_id       text NOT NULL,
+    idempotency_key text NOT NULL,
+    job_id          uuid NOT NULL,
+    PRIMARY KEY (tenant_id, idempotency_key)
+);
 
 -- No foreign key to jobs: the claim inserts an attempt in the statement that updates its job, and
 -- the janitor deletes a job's attempts itself, with its events (queries.DELETE_EXPIRED_JOBS).
@@ -662,4 +677,4 @@ BEGIN
 END
 $$;
 
-INSERT INTO schema_version (version) VALUES (11) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (12) ON CONFLICT (version) DO NOTHING;

@@ -14,15 +14,29 @@
 -- with a budget or a create rate needs its row locked first (TENANT_FOR_CREATE): with $4 true
 -- the statement inserts nothing for such a tenant and says so (`go` false), so that the caller
 -- takes the locked path; for every other tenant, creates take no lock but the key's.
--- - ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit, so twenty
---   simultaneous duplicates make one row; the losers are then read with SELECT_JOBS_BY_KEYS.
---   Two items of one batch with the same key make one row too.
+-- - A keyed item makes a job only if it wins its key in job_keys. ON CONFLICT DO NOTHING waits
+--   for a concurrent insert of the same key to commit, so twenty simultaneous duplicates make
+--   one row; the losers are then read with SELECT_JOBS_BY_KEYS. Two items of one batch with the
+--   same key make one row too: the first, in request order.
 -- - run_after is when the job may start: `run_at`, else now plus `delay_s` (0 by default).
 -- - `retain_s` NULL: the deployment's JOBSTREAM_RETENTION_S.
 WITH tenant AS (
     SELECT NOT $4::boolean OR (budget_usd IS NULL AND create_rate_per_min IS NULL) AS go
       FROM tenants
      WHERE id = $2
+), item AS MATERIALIZED (
+    SELECT n.*
+      FROM jsonb_to_recordset($1::jsonb)
+             AS n (ord int, id uuid, key text, hash text, provider text, priority smallint,
+                   payload jsonb, metadata jsonb, max_attempts int, webhook_url text,
+                   estimate numeric, run_at timestamptz, delay_s float8, retain_s int),
+           tenant
+     WHERE tenant.go
+), keyed AS (
+    INSERT INTO job_keys (tenant_id, idempotency_key, job_id)
+    SELECT $2, n.key, n.id FROM item n WHERE n.key IS NOT NULL ORDER BY n.ord
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    RETURNING job_id
 ), inserted AS (
     INSERT INTO jobs (id, tenant_id, idempotency_key, request_hash, provider, priority, payload,
                       metadata, max_attempts, webhook_url, estimate_usd, reserved_usd, run_after,
@@ -33,14 +47,9 @@ WITH tenant AS (
                               + make_interval(secs => coalesce(n.delay_s, 0))),
            1, coalesce($3::timestamptz, statement_timestamp()),
            coalesce($3::timestamptz, statement_timestamp()), n.retain_s
-      FROM jsonb_to_recordset($1::jsonb)
-             AS n (ord int, id uuid, key text, hash text, provider text, priority smallint,
-                   payload jsonb, metadata jsonb, max_attempts int, webhook_url text,
-                   estimate numeric, run_at timestamptz, delay_s float8, retain_s int),
-           tenant
-     WHERE tenant.go
+      FROM item n
+     WHERE n.key IS NULL OR n.id IN (SELECT job_id FROM keyed)
      ORDER BY n.ord
-    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING *
 ), booked AS (
     -- One row: the tenant's on this backend's shard (ledger.sql).
@@ -74,7 +83,10 @@ SELECT pg_notify('jobstream_jobs', p) FROM unnest($1::text[]) AS p
 
 -- name: SELECT_JOBS_BY_KEYS
 -- The jobs behind idempotency keys that an insert found taken.
-SELECT * FROM jobs WHERE tenant_id = $1 AND idempotency_key = ANY($2::text[])
+SELECT j.*
+  FROM job_keys k
+  JOIN jobs j ON j.id = k.job_id
+ WHERE k.tenant_id = $1 AND k.idempotency_key = ANY($2::text[])
 
 -- name: TENANT_FOR_CREATE
 -- The locked path of a create, for a tenant with a budget or a create rate: its creates queue

@@ -99,8 +99,9 @@ WITH picked AS (
 SELECT jobs, removed FROM tally
 
 -- name: DELETE_EXPIRED_JOBS
--- Delete up to $2 jobs whose expiry has passed, oldest first, with their events, attempts and
--- webhook rows (a pending delivery goes too: retention outranks a receiver that never answers),
+-- Delete up to $2 jobs whose expiry has passed, oldest first, with their events, attempts,
+-- webhook rows (a pending delivery goes too: retention outranks a receiver that never answers)
+-- and idempotency keys (a key used again after its job went makes a new job),
 -- leaving a tombstone ($3) so that the id answers 410 for a while. $1 now. The rows are locked
 -- first and skipped if taken (an API call on a finished job holds one for a moment).
 WITH doomed AS (
@@ -117,7 +118,13 @@ WITH doomed AS (
 ), hooks AS (
     DELETE FROM webhook_deliveries w USING doomed d WHERE w.job_id = d.id RETURNING 1
 ), gone AS (
-    DELETE FROM jobs j USING doomed d WHERE j.id = d.id RETURNING j.id, j.tenant_id
+    DELETE FROM jobs j USING doomed d WHERE j.id = d.id
+    RETURNING j.id, j.tenant_id, j.idempotency_key
+), keys AS (
+    DELETE FROM job_keys k USING gone g
+     WHERE k.tenant_id = g.tenant_id AND k.idempotency_key = g.idempotency_key
+       AND k.job_id = g.id
+    RETURNING 1
 ), buried AS (
     INSERT INTO job_tombstones (id, tenant_id, deleted_at)
     SELECT id, tenant_id, coalesce($1::timestamptz, statement_timestamp()) FROM gone WHERE $3
@@ -125,7 +132,8 @@ WITH doomed AS (
 ), tally AS (
     SELECT (SELECT count(*) FROM gone) AS jobs,
            (SELECT count(*) FROM gone) + (SELECT count(*) FROM events)
-           + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM hooks) AS removed
+           + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM hooks)
+           + (SELECT count(*) FROM keys) AS removed
 ), counted AS (
     INSERT INTO metric_totals AS m (backend, provider, jobs_deleted, rows_deleted)
     SELECT pg_backend_pid(), '', jobs, removed FROM tally WHERE jobs > 0

@@ -90,8 +90,8 @@ SELECT *, pg_notify('jobstream_jobs', provider) FROM created
 
 -- name: DELETE_FINISHED_JOB
 -- DELETE /v1/responses/{id} (jobs.delete_finished).
--- A finished job goes with every row that belongs to it (events, attempts, webhook rows, as in
--- DELETE_EXPIRED_JOBS); an unfinished one stays, as its worker still writes to it. The row is
+-- A finished job goes with every row that belongs to it (events, attempts, webhook rows, its
+-- idempotency key, as in DELETE_EXPIRED_JOBS); an unfinished one stays, as its worker still writes to it. The row is
 -- locked first, as every writer of a job locks it, so a job cannot finish between the check and
 -- the delete. Returns `finished` (true: deleted), or no row when the tenant has no such job.
 WITH job AS (
@@ -109,5 +109,10 @@ WITH job AS (
     DELETE FROM webhook_deliveries w USING doomed d WHERE w.job_id = d.id
 ), gone AS (
     DELETE FROM jobs j USING doomed d WHERE j.id = d.id
+    RETURNING j.id, j.tenant_id, j.idempotency_key
+), keys AS (
+    DELETE FROM job_keys k USING gone g
+     WHERE k.tenant_id = g.tenant_id AND k.idempotency_key = g.idempotency_key
+       AND k.job_id = g.id
 )
 SELECT finished FROM job

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from jobstream import attempts, db, retention
+from jobstream import attempts, db, jobs, retention
 from jobstream.settings import Settings
 from tests.integration.test_metrics import samples
 from tests.support import attempt_driver as drive
@@ -31,7 +31,7 @@ from tests.support.workers import (
 )
 from worker.janitor import Janitor
 
-TABLES = ("jobs", "job_attempts", "job_events", "webhook_deliveries")
+TABLES = ("jobs", "job_attempts", "job_events", "webhook_deliveries", "job_keys")
 
 
 def plain(job_id: Any) -> str:
@@ -147,8 +147,9 @@ async def test_a_job_past_its_retention_is_gone_with_all_its_rows(
         "webhook_url": "https://hooks.example.com/done",
     }  # fmt: skip
     kept_body = {"prompt": "keep me long", "simulate": fast(3)}
+    key = {"Idempotency-Key": f"retained-{uuid.uuid4()}"}
     async with running_worker(quiet, pool=pool, clock=clock):
-        job = (await client.post("/api/jobs", json=body)).json()
+        job = (await client.post("/api/jobs", json=body, headers=key)).json()
         kept = (await client.post("/api/jobs", json=kept_body)).json()
         for created in (job, kept):
             await wait_for_job(
@@ -156,7 +157,9 @@ async def test_a_job_past_its_retention_is_gone_with_all_its_rows(
             )
     job_id = uuid.UUID(job["id"])
     written = await rows_of(pool, job_id)
-    assert written == {**written, "jobs": 1, "job_attempts": 1, "webhook_deliveries": 1}
+    assert written == {
+        **written, "jobs": 1, "job_attempts": 1, "webhook_deliveries": 1, "job_keys": 1
+    }  # fmt: skip
     janitor = Janitor(pool, quiet, clock=clock)
     done = await janitor.run_round()
     assert done is not None and (done.settled, done.deleted) == (2, 0)
@@ -173,8 +176,11 @@ async def test_a_job_past_its_retention_is_gone_with_all_its_rows(
     assert done is not None and done.deleted == 0  # not yet
     clock.advance(2)
     done = await janitor.run_round()
-    assert done is not None and (done.deleted, done.deleted_rows) == (1, 1 + 1 + events + 1)
+    assert done is not None and (done.deleted, done.deleted_rows) == (1, 1 + 1 + events + 1 + 1)
     assert await rows_of(pool, job_id) == dict.fromkeys(TABLES, 0)
+    # Its idempotency key went with it: the same key and body make a new job.
+    again = await client.post("/api/jobs", json=body, headers=key)
+    assert again.status_code == 202 and again.json()["id"] != job["id"], again.text
     for response in (
         await client.get(f"/api/jobs/{job_id}"),
         await client.get(plain(job_id)),
@@ -191,6 +197,22 @@ async def test_a_job_past_its_retention_is_gone_with_all_its_rows(
     done = await janitor.run_round()
     assert done is not None and done.tombstones_pruned == 1
     assert (await client.get(f"/api/jobs/{job_id}")).status_code == 404
+
+
+async def test_a_deleted_jobs_idempotency_key_makes_a_new_job(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    key = {"Idempotency-Key": f"deleted-{uuid.uuid4()}"}
+    body = {"prompt": "delete me", "simulate": fast(1)}
+    first = (await client.post("/api/jobs", json=body, headers=key)).json()
+    replay = await client.post("/api/jobs", json=body, headers=key)
+    assert replay.json()["id"] == first["id"]
+    held = await drive.claim(pool)
+    await drive.succeed(pool, held, "done")
+    assert await jobs.delete_finished(pool, "default", uuid.UUID(first["id"])) is True
+    assert await rows_of(pool, uuid.UUID(first["id"])) == dict.fromkeys(TABLES, 0)
+    again = await client.post("/api/jobs", json=body, headers=key)
+    assert again.status_code == 202 and again.json()["id"] != first["id"], again.text
 
 
 async def test_a_tenants_cap_shortens_retention_and_no_tombstone_means_404(
