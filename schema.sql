@@ -59,7 +59,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     -- create.
     tenant_id           text NOT NULL,
     -- The create's Idempotency-Key, as the job's representation shows it. Unique per tenant in
-    -- job_keys, not here (job_keys says why).
+    -- tenant_jobs, not here (tenant_jobs says why).
     idempotency_key     text,
     -- sha256 of the canonical request body: same key + same hash = the same job.
     request_hash        text NOT NULL,
@@ -157,8 +157,6 @@ CREATE INDEX IF NOT EXISTS jobs_leased_idx ON jobs (lease_until)
     WHERE status IN ('running', 'cancelling');
 CREATE INDEX IF NOT EXISTS jobs_active_tenant_idx ON jobs (tenant_id)
     WHERE status IN ('running', 'cancelling');
--- The tenant's job list, newest first, keyset-paginated.
-CREATE INDEX IF NOT EXISTS jobs_tenant_created_idx ON jobs (tenant_id, created_at DESC, id DESC);
 -- The janitor's work, oldest first (worker/janitor.py): finished jobs not settled yet (an entry is
 -- added by the statement that ends a job, which rewrites the row's index entries anyway), and
 -- settled jobs by expiry.
@@ -166,19 +164,24 @@ CREATE INDEX IF NOT EXISTS jobs_unsettled_idx ON jobs (finished_at)
     WHERE finished_at IS NOT NULL AND expires_at IS NULL;
 CREATE INDEX IF NOT EXISTS jobs_expiry_idx ON jobs (expires_at) WHERE expires_at IS NOT NULL;
 
--- Idempotency keys: which job a tenant's key made. Written once, by the create that wins the key
--- (queries.INSERT_JOBS: ON CONFLICT DO NOTHING here decides it), deleted with the job. A table
--- of its own, because a unique index on jobs gets a new entry at every update that is not HOT,
--- and a job has two (the claim, the end): each one checked the key's uniqueness against the
--- old version of the same row, on a random leaf page of a random key. One claim and one
--- success of 64 jobs in a loop: 160 / 173 / 173 µs of the backend's CPU a job with the
--- constraint on jobs, 130 / 138 / 143 without it (schema version 12).
-CREATE TABLE IF NOT EXISTS job_keys (
+-- A tenant's jobs in the order they were made, with the idempotency keys they were made with:
+-- the tenant's job list (newest first, keyset-paginated), its create-rate window, and which job
+-- a key made. Written once, by the statement that makes the job (INSERT_JOBS: a keyed item makes
+-- a job only if it wins its key here), deleted with the job. Not indexes on jobs: an index on
+-- jobs gets a new entry at every update of a job that is not HOT, and every job has two (its
+-- claim, its end); the key's entry was each time checked for uniqueness against the old version
+-- of the same row, on the random leaf page of a random key. One claim and one success of 64 jobs
+-- in a loop: 141 / 155 / 189 µs of the backend's CPU a job with both on jobs, 118 / 127 / 130
+-- with neither (schema version 12).
+CREATE TABLE IF NOT EXISTS tenant_jobs (
     tenant_id       text NOT NULL,
-    idempotency_key text NOT NULL,
+    created_at      timestamptz NOT NULL,
     job_id          uuid NOT NULL,
-    PRIMARY KEY (tenant_id, idempotency_key)
+    idempotency_key text,
+    PRIMARY KEY (tenant_id, created_at, job_id)
 );
+CREATE UNIQUE INDEX IF NOT EXISTS tenant_jobs_key_idx ON tenant_jobs (tenant_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 
 -- No foreign key to jobs: the claim inserts an attempt in the statement that updates its job, and
 -- the janitor deletes a job's attempts itself, with its events (queries.DELETE_EXPIRED_JOBS).

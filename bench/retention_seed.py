@@ -35,6 +35,10 @@ SELECT id, 1, gen_random_uuid(), 'seed', started_at, finished_at, 'succeeded', p
        last_seq - 5, 0.00003
   FROM jobs
 """
+# Each job in its tenant's list, as INSERT_JOBS writes it: the janitor deletes these too.
+SEED_LISTED = """
+INSERT INTO tenant_jobs (tenant_id, created_at, job_id) SELECT tenant_id, created_at, id FROM jobs
+"""
 # In the order they were written: by the job's end, then seq.
 SEED_EVENTS = """
 INSERT INTO job_events (job_id, seq, attempt, type, data, created_at)
@@ -90,6 +94,7 @@ async def seed(url: str, n_jobs: int, per_job: int) -> float:
         await conn.execute("ALTER TABLE job_events DROP CONSTRAINT job_events_pkey")
         await _step(conn, "jobs", SEED_JOBS, n_jobs, per_job, PROVIDER, HISTORY_DAYS)
         await _step(conn, "attempts", SEED_ATTEMPTS)
+        await _step(conn, "listed", SEED_LISTED)
         await _step(conn, "events", SEED_EVENTS)
         await _step(conn, "events' key", "ALTER TABLE job_events ADD PRIMARY KEY (job_id, seq)")
         await _step(conn, "counters", SEED_TOTALS)

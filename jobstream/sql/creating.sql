@@ -14,10 +14,11 @@
 -- with a budget or a create rate needs its row locked first (TENANT_FOR_CREATE): with $4 true
 -- the statement inserts nothing for such a tenant and says so (`go` false), so that the caller
 -- takes the locked path; for every other tenant, creates take no lock but the key's.
--- - A keyed item makes a job only if it wins its key in job_keys. ON CONFLICT DO NOTHING waits
---   for a concurrent insert of the same key to commit, so twenty simultaneous duplicates make
---   one row; the losers are then read with SELECT_JOBS_BY_KEYS. Two items of one batch with the
---   same key make one row too: the first, in request order.
+-- - Every job gets its row in tenant_jobs, and a keyed item makes a job only if that row wins
+--   its key. ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit, so
+--   twenty simultaneous duplicates make one job; the losers are then read with
+--   SELECT_JOBS_BY_KEYS. Two items of one batch with the same key make one job too: the first,
+--   in request order.
 -- - run_after is when the job may start: `run_at`, else now plus `delay_s` (0 by default).
 -- - `retain_s` NULL: the deployment's JOBSTREAM_RETENTION_S.
 WITH tenant AS (
@@ -32,10 +33,12 @@ WITH tenant AS (
                    estimate numeric, run_at timestamptz, delay_s float8, retain_s int),
            tenant
      WHERE tenant.go
-), keyed AS (
-    INSERT INTO job_keys (tenant_id, idempotency_key, job_id)
-    SELECT $2, n.key, n.id FROM item n WHERE n.key IS NOT NULL ORDER BY n.ord
-    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+), listed AS (
+    INSERT INTO tenant_jobs (tenant_id, created_at, job_id, idempotency_key)
+    SELECT $2, coalesce($3::timestamptz, statement_timestamp()), n.id, n.key
+      FROM item n
+     ORDER BY n.ord
+    ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING job_id
 ), inserted AS (
     INSERT INTO jobs (id, tenant_id, idempotency_key, request_hash, provider, priority, payload,
@@ -48,7 +51,7 @@ WITH tenant AS (
            1, coalesce($3::timestamptz, statement_timestamp()),
            coalesce($3::timestamptz, statement_timestamp()), n.retain_s
       FROM item n
-     WHERE n.key IS NULL OR n.id IN (SELECT job_id FROM keyed)
+     WHERE n.id IN (SELECT job_id FROM listed)
      ORDER BY n.ord
     RETURNING *
 ), booked AS (
@@ -84,9 +87,9 @@ SELECT pg_notify('jobstream_jobs', p) FROM unnest($1::text[]) AS p
 -- name: SELECT_JOBS_BY_KEYS
 -- The jobs behind idempotency keys that an insert found taken.
 SELECT j.*
-  FROM job_keys k
-  JOIN jobs j ON j.id = k.job_id
- WHERE k.tenant_id = $1 AND k.idempotency_key = ANY($2::text[])
+  FROM tenant_jobs t
+  JOIN jobs j ON j.id = t.job_id
+ WHERE t.tenant_id = $1 AND t.idempotency_key = ANY($2::text[])
 
 -- name: TENANT_FOR_CREATE
 -- The locked path of a create, for a tenant with a budget or a create rate: its creates queue
@@ -104,11 +107,11 @@ SELECT t.budget_usd - coalesce(sum(l.reserved_usd + l.spent_usd), 0) AS left_usd
 
 -- name: TENANT_RECENT_CREATES
 -- Jobs created in the minute before now, and when the oldest of them leaves the window: what
--- Retry-After tells the client. A range of jobs_tenant_created_idx, as long as the rate allows.
+-- Retry-After tells the client. A range of tenant_jobs' key, as long as the rate allows.
 SELECT count(*) AS recent,
        coalesce(extract(epoch FROM min(created_at) + interval '1 minute'
                                - coalesce($2::timestamptz, statement_timestamp())), 0)::float8
          AS frees_in_s
-  FROM jobs
+  FROM tenant_jobs
  WHERE tenant_id = $1
    AND created_at > coalesce($2::timestamptz, statement_timestamp()) - interval '1 minute'

@@ -101,7 +101,7 @@ SELECT jobs, removed FROM tally
 -- name: DELETE_EXPIRED_JOBS
 -- Delete up to $2 jobs whose expiry has passed, oldest first, with their events, attempts,
 -- webhook rows (a pending delivery goes too: retention outranks a receiver that never answers)
--- and idempotency keys (a key used again after its job went makes a new job),
+-- and tenant_jobs row (its idempotency key with it: the key used again makes a new job),
 -- leaving a tombstone ($3) so that the id answers 410 for a while. $1 now. The rows are locked
 -- first and skipped if taken (an API call on a finished job holds one for a moment).
 WITH doomed AS (
@@ -119,11 +119,10 @@ WITH doomed AS (
     DELETE FROM webhook_deliveries w USING doomed d WHERE w.job_id = d.id RETURNING 1
 ), gone AS (
     DELETE FROM jobs j USING doomed d WHERE j.id = d.id
-    RETURNING j.id, j.tenant_id, j.idempotency_key
-), keys AS (
-    DELETE FROM job_keys k USING gone g
-     WHERE k.tenant_id = g.tenant_id AND k.idempotency_key = g.idempotency_key
-       AND k.job_id = g.id
+    RETURNING j.id, j.tenant_id, j.created_at
+), unlisted AS (
+    DELETE FROM tenant_jobs t USING gone g
+     WHERE t.tenant_id = g.tenant_id AND t.created_at = g.created_at AND t.job_id = g.id
     RETURNING 1
 ), buried AS (
     INSERT INTO job_tombstones (id, tenant_id, deleted_at)
@@ -133,7 +132,7 @@ WITH doomed AS (
     SELECT (SELECT count(*) FROM gone) AS jobs,
            (SELECT count(*) FROM gone) + (SELECT count(*) FROM events)
            + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM hooks)
-           + (SELECT count(*) FROM keys) AS removed
+           + (SELECT count(*) FROM unlisted) AS removed
 ), counted AS (
     INSERT INTO metric_totals AS m (backend, provider, jobs_deleted, rows_deleted)
     SELECT pg_backend_pid(), '', jobs, removed FROM tally WHERE jobs > 0

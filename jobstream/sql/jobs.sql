@@ -17,12 +17,13 @@ SELECT attempt, worker_id, started_at, finished_at, outcome, error_class, error_
 
 -- name: LIST_JOBS
 -- Keyset pagination, newest first; ($3, $4) is the last row of the previous page.
-SELECT *
-  FROM jobs
- WHERE tenant_id = $1
-   AND ($2::text IS NULL OR status = $2)
-   AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4::uuid))
- ORDER BY created_at DESC, id DESC
+SELECT j.*
+  FROM tenant_jobs t
+  JOIN jobs j ON j.id = t.job_id
+ WHERE t.tenant_id = $1
+   AND ($2::text IS NULL OR j.status = $2)
+   AND ($3::timestamptz IS NULL OR (t.created_at, t.job_id) < ($3, $4::uuid))
+ ORDER BY t.created_at DESC, t.job_id DESC
  LIMIT $5
 
 -- name: CANCEL_QUEUED
@@ -64,6 +65,9 @@ WITH old AS (
            coalesce($3::timestamptz, statement_timestamp()), id, retain_s
       FROM old
     RETURNING *
+), listed AS (
+    INSERT INTO tenant_jobs (tenant_id, created_at, job_id)
+    SELECT tenant_id, created_at, id FROM created
 ), linked AS (
     UPDATE jobs
        SET retried_as = created.id, updated_at = coalesce($3::timestamptz, statement_timestamp())
@@ -91,7 +95,7 @@ SELECT *, pg_notify('jobstream_jobs', provider) FROM created
 -- name: DELETE_FINISHED_JOB
 -- DELETE /v1/responses/{id} (jobs.delete_finished).
 -- A finished job goes with every row that belongs to it (events, attempts, webhook rows, its
--- idempotency key, as in DELETE_EXPIRED_JOBS); an unfinished one stays, as its worker still writes to it. The row is
+-- tenant_jobs row, as in DELETE_EXPIRED_JOBS); an unfinished one stays, as its worker still writes to it. The row is
 -- locked first, as every writer of a job locks it, so a job cannot finish between the check and
 -- the delete. Returns `finished` (true: deleted), or no row when the tenant has no such job.
 WITH job AS (
@@ -109,10 +113,9 @@ WITH job AS (
     DELETE FROM webhook_deliveries w USING doomed d WHERE w.job_id = d.id
 ), gone AS (
     DELETE FROM jobs j USING doomed d WHERE j.id = d.id
-    RETURNING j.id, j.tenant_id, j.idempotency_key
-), keys AS (
-    DELETE FROM job_keys k USING gone g
-     WHERE k.tenant_id = g.tenant_id AND k.idempotency_key = g.idempotency_key
-       AND k.job_id = g.id
+    RETURNING j.id, j.tenant_id, j.created_at
+), unlisted AS (
+    DELETE FROM tenant_jobs t USING gone g
+     WHERE t.tenant_id = g.tenant_id AND t.created_at = g.created_at AND t.job_id = g.id
 )
 SELECT finished FROM job

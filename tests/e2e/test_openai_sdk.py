@@ -314,7 +314,7 @@ async def test_delete_removes_a_finished_response_and_all_its_rows(sdk_stack: St
             "SELECT (SELECT count(*) FROM jobs WHERE id = $1)"
             " + (SELECT count(*) FROM job_events WHERE job_id = $1)"
             " + (SELECT count(*) FROM job_attempts WHERE job_id = $1)"
-            " + (SELECT count(*) FROM job_keys WHERE job_id = $1)",
+            " + (SELECT count(*) FROM tenant_jobs WHERE job_id = $1)",
             ids.job_id(created.id),
         )
     finally:

@@ -31,7 +31,7 @@ from tests.support.workers import (
 )
 from worker.janitor import Janitor
 
-TABLES = ("jobs", "job_attempts", "job_events", "webhook_deliveries", "job_keys")
+TABLES = ("jobs", "job_attempts", "job_events", "webhook_deliveries", "tenant_jobs")
 
 
 def plain(job_id: Any) -> str:
@@ -158,7 +158,7 @@ async def test_a_job_past_its_retention_is_gone_with_all_its_rows(
     job_id = uuid.UUID(job["id"])
     written = await rows_of(pool, job_id)
     assert written == {
-        **written, "jobs": 1, "job_attempts": 1, "webhook_deliveries": 1, "job_keys": 1
+        **written, "jobs": 1, "job_attempts": 1, "webhook_deliveries": 1, "tenant_jobs": 1
     }  # fmt: skip
     janitor = Janitor(pool, quiet, clock=clock)
     done = await janitor.run_round()
@@ -292,9 +292,12 @@ async def test_counters_keep_their_values_when_history_is_deleted(
     assert {name for name in changed if not name[0].startswith(moving)} == set()
     assert after[("jobstream_janitor_jobs_deleted_total", ())] == 3
     assert after[("jobstream_janitor_jobs_compacted_total", ())] == 3
-    # Jobs, attempts, and the stored events: each log less its seq 1, which has no row (the
-    # job_log view), and the retried job's less the 11 compaction folded away.
-    assert after[("jobstream_janitor_rows_deleted_total", ())] == 3 + 4 + (22 - 1 - 11) + 2 * 5
+    # Jobs, their tenant_jobs rows, attempts, and the stored events: each log less its seq 1,
+    # which has no row (the job_log view), and the retried job's less the 11 compaction folded
+    # away.
+    assert after[("jobstream_janitor_rows_deleted_total", ())] == (
+        3 + 3 + 4 + (22 - 1 - 11) + 2 * 5
+    )
     assert after[("jobstream_janitor_lag_seconds", (("stage", "delete"),))] == 0
 
 
