@@ -99,40 +99,26 @@ WITH picked AS (
 SELECT jobs, removed FROM tally
 
 -- name: DELETE_EXPIRED_JOBS
--- Delete up to $2 jobs whose expiry has passed, oldest first, with their events, attempts,
--- webhook rows (a pending delivery goes too: retention outranks a receiver that never answers)
--- and tenant_jobs row (its idempotency key with it: the key used again makes a new job),
--- leaving a tombstone ($3) so that the id answers 410 for a while. $1 now. The rows are locked
--- first and skipped if taken (an API call on a finished job holds one for a moment).
+-- Delete up to $2 jobs whose expiry has passed, oldest first, with every row that belongs to
+-- them (delete_jobs in schema.sql: a pending webhook delivery goes too, as retention outranks a
+-- receiver that never answers), leaving a tombstone ($3) so that the id answers 410 for a while.
+-- $1 now. The rows are locked first and skipped if taken (an API call on a finished job holds
+-- one for a moment).
 WITH doomed AS (
-    SELECT id, tenant_id
+    SELECT id
       FROM jobs
      WHERE expires_at <= coalesce($1::timestamptz, statement_timestamp())
      ORDER BY expires_at
      LIMIT $2
        FOR UPDATE SKIP LOCKED
-), events AS (
-    DELETE FROM job_events e USING doomed d WHERE e.job_id = d.id RETURNING 1
-), attempts AS (
-    DELETE FROM job_attempts a USING doomed d WHERE a.job_id = d.id RETURNING 1
-), hooks AS (
-    DELETE FROM webhook_deliveries w USING doomed d WHERE w.job_id = d.id RETURNING 1
 ), gone AS (
-    DELETE FROM jobs j USING doomed d WHERE j.id = d.id
-    RETURNING j.id, j.tenant_id, j.created_at
-), unlisted AS (
-    DELETE FROM tenant_jobs t USING gone g
-     WHERE t.tenant_id = g.tenant_id AND t.created_at = g.created_at AND t.job_id = g.id
-    RETURNING 1
+    SELECT * FROM delete_jobs(ARRAY(SELECT id FROM doomed))
 ), buried AS (
     INSERT INTO job_tombstones (id, tenant_id, deleted_at)
     SELECT id, tenant_id, coalesce($1::timestamptz, statement_timestamp()) FROM gone WHERE $3
     ON CONFLICT (id) DO NOTHING
 ), tally AS (
-    SELECT (SELECT count(*) FROM gone) AS jobs,
-           (SELECT count(*) FROM gone) + (SELECT count(*) FROM events)
-           + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM hooks)
-           + (SELECT count(*) FROM unlisted) AS removed
+    SELECT count(*) AS jobs, coalesce(max(rows_deleted), 0) AS removed FROM gone
 ), counted AS (
     INSERT INTO metric_totals AS m (backend, provider, jobs_deleted, rows_deleted)
     SELECT pg_backend_pid(), '', jobs, removed FROM tally WHERE jobs > 0

@@ -94,28 +94,17 @@ SELECT *, pg_notify('jobstream_jobs', provider) FROM created
 
 -- name: DELETE_FINISHED_JOB
 -- DELETE /v1/responses/{id} (jobs.delete_finished).
--- A finished job goes with every row that belongs to it (events, attempts, webhook rows, its
--- tenant_jobs row, as in DELETE_EXPIRED_JOBS); an unfinished one stays, as its worker still writes to it. The row is
+-- A finished job goes with every row that belongs to it (delete_jobs in schema.sql, as for
+-- DELETE_EXPIRED_JOBS); an unfinished one stays, as its worker still writes to it. The row is
 -- locked first, as every writer of a job locks it, so a job cannot finish between the check and
 -- the delete. Returns `finished` (true: deleted), or no row when the tenant has no such job.
+-- `gone` is read by the last SELECT: a CTE that only reads, and that nothing reads, never runs.
 WITH job AS (
     SELECT id, status IN ('succeeded', 'failed', 'cancelled', 'dead') AS finished
       FROM jobs
      WHERE id = $1 AND tenant_id = $2
        FOR UPDATE
-), doomed AS (
-    SELECT id FROM job WHERE finished
-), events AS (
-    DELETE FROM job_events e USING doomed d WHERE e.job_id = d.id
-), attempts AS (
-    DELETE FROM job_attempts a USING doomed d WHERE a.job_id = d.id
-), hooks AS (
-    DELETE FROM webhook_deliveries w USING doomed d WHERE w.job_id = d.id
 ), gone AS (
-    DELETE FROM jobs j USING doomed d WHERE j.id = d.id
-    RETURNING j.id, j.tenant_id, j.created_at
-), unlisted AS (
-    DELETE FROM tenant_jobs t USING gone g
-     WHERE t.tenant_id = g.tenant_id AND t.created_at = g.created_at AND t.job_id = g.id
+    SELECT * FROM delete_jobs(ARRAY(SELECT id FROM job WHERE finished))
 )
-SELECT finished FROM job
+SELECT finished, (SELECT count(*) FROM gone) AS deleted FROM job
