@@ -13,7 +13,8 @@ from typing import Any
 
 from bench import queue_common as common
 from bench.retention_seed import CLOCK, PROVIDER, SPEC
-from jobstream import claims, creates, db, migrations
+from jobstream import attempts, claims, creates, db, migrations
+from jobstream.attempts import Success
 from jobstream.claims import Claimed
 from jobstream.creates import NewJob
 from jobstream.sql import queries
@@ -93,18 +94,9 @@ def _succeed_args(helds: list[Claimed]) -> Callable[[], Awaitable[list[Any]]]:
     usage = Usage(input_tokens=3, output_tokens=5, cost_usd=Decimal("0.00001"))
 
     async def args() -> list[Any]:
-        return [
-            [h.job_id for h in helds],
-            [h.run_token for h in helds],
-            [{"text": "0 1 2 3 4 ", "usage": usage.to_json()} for _ in helds],
-            [h.attempt for h in helds],
-            [3] * len(helds),
-            [5] * len(helds),
-            [usage.cost_usd] * len(helds),
-            [True] * len(helds),
-            ["4 "] * len(helds),
-            None,
-        ]
+        return attempts.succeed_args(
+            [Success(h, "0 1 2 3 4 ", usage, last_chunk="4 ") for h in helds], None
+        )
 
     return args
 
