@@ -101,12 +101,13 @@ async def connect(url: str, *, json_codecs: bool = True) -> asyncpg.Connection:
 
 
 async def create_pool(url: str, size: int, *, json_codecs: bool = True) -> asyncpg.Pool:
+    """A pool of the benchmark's own. `json_codecs`: jobstream's side, which gets the pool
+    jobstream's processes use (db.create_pool: no reset statements on release); else asyncpg's
+    default, as PgQueuer's documentation makes it (RESET ALL and friends at every release)."""
+    if json_codecs:
+        return await db.create_pool(url, min_size=size, max_size=size, application_name=APPLICATION)
     pool = await asyncpg.create_pool(
-        url,
-        min_size=size,
-        max_size=size,
-        init=db.init_connection if json_codecs else None,
-        server_settings={"application_name": APPLICATION},
+        url, min_size=size, max_size=size, server_settings={"application_name": APPLICATION}
     )
     assert pool is not None
     return pool

@@ -125,16 +125,24 @@ async def start_with_database(url: str, timeout_s: float, step: Callable[[], Awa
 
 
 async def create_pool(
-    url: str, *, min_size: int, max_size: int, generic_plans: bool = False
+    url: str,
+    *,
+    min_size: int,
+    max_size: int,
+    generic_plans: bool = False,
+    application_name: str | None = None,
 ) -> asyncpg.Pool:
     """A pool of connections ready for our statements. `generic_plans`: every prepared statement
     runs the plan the cache made once (plan_cache_mode = force_generic_plan), for a process that
     runs a few statements many times (the worker). Left to choose ("auto"), PostgreSQL planned
-    the claim afresh at every call (0.6 ms of planning a claim) and the success statement too."""
-    settings = {"plan_cache_mode": "force_generic_plan"} if generic_plans else None
+    the claim afresh at every call (0.6 ms of planning a claim) and the success statement too.
+    `application_name` shows in pg_stat_activity."""
+    settings = {"plan_cache_mode": "force_generic_plan"} if generic_plans else {}
+    if application_name:
+        settings["application_name"] = application_name
     pool = await asyncpg.create_pool(
         url, min_size=min_size, max_size=max_size, init=init_connection, reset=_keep_session,
-        server_settings=settings,
+        server_settings=settings or None,
     )  # fmt: skip
     assert pool is not None
     return pool
