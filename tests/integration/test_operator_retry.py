@@ -87,6 +87,9 @@ async def test_a_retry_is_a_new_job_linked_both_ways_and_asking_again_is_the_sam
     assert (fresh["retry_of"], fresh["attempts"], fresh["output"]["text"]) == (job_id, 0, "")
     listed = (await client.get("/api/jobs", params={"status": "dead"})).json()["jobs"]
     assert [(j["id"], j["retried_as"]) for j in listed] == [(job_id, new["id"])]
+    # The new job is in its tenant's list, newest first.
+    everything = (await client.get("/api/jobs")).json()["jobs"]
+    assert [j["id"] for j in everything] == [new["id"], job_id]
 
 
 async def test_a_reader_from_0_meets_one_done_at_the_end_of_each_log(

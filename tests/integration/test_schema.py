@@ -79,20 +79,24 @@ async def test_migrations_from_version_1_lead_to_exactly_schema_sql(
     old = await db.connect(empty_url)
     try:
         await old.execute(first.path.read_text())
-        # Money held under version 1 moves to the ledger's shards, whole.
-        await old.execute(
-            "INSERT INTO jobs (id, tenant_id, request_hash, provider, payload, max_attempts,"
-            " reserved_usd) VALUES (gen_random_uuid(), 'default', 'h', 'simulated', '{}', 1, 0.5)"
+        # Money held under version 1 moves to the ledger's shards, whole; the job keeps its
+        # place in the tenant's list and its idempotency key (tenant_jobs, version 12).
+        job_id = await old.fetchval(
+            "INSERT INTO jobs (id, tenant_id, idempotency_key, request_hash, provider, payload,"
+            " max_attempts, reserved_usd) VALUES (gen_random_uuid(), 'default', 'k', 'h',"
+            " 'simulated', '{}', 1, 0.5) RETURNING id"
         )
         await old.execute("UPDATE tenants SET reserved_usd = 0.5, spent_usd = 2")
         assert await migrations.apply_schema(old) == later[-1].version
         migrated = await catalog(old)
         money = await old.fetchrow("SELECT reserved_usd, spent_usd FROM tenant_balances")
+        listed = await old.fetch("SELECT tenant_id, job_id, idempotency_key FROM tenant_jobs")
     finally:
         await old.close()
     async with pool.acquire() as fresh:
         assert migrated == await catalog(fresh)
     assert money is not None and (money["reserved_usd"], money["spent_usd"]) == (0.5, 2)
+    assert [tuple(r) for r in listed] == [("default", job_id, "k")]
 
 
 async def test_a_current_schema_takes_no_lock_so_start_up_never_waits_for_workers(
