@@ -7,6 +7,7 @@ Every test's process logs land in `test-output/e2e/<test>/` for a post-mortem.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 from collections.abc import AsyncIterator, Iterator
@@ -17,7 +18,9 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
+from jobstream import db
 from jobstream.embedded_pg import EmbeddedPostgres, free_port
+from jobstream.sql import queries
 from tests.support.http_server import http_client
 from tests.support.polling import eventually
 from tests.support.processes import REPO_ROOT, ManagedProcess, Processes, processes
@@ -101,6 +104,25 @@ class Stack:
         assert response.status_code == 202, response.text
         job: dict[str, Any] = response.json()
         return job
+
+    @contextlib.asynccontextmanager
+    async def provider_held(self, provider: str) -> AsyncIterator[None]:
+        """No job of `provider` starts inside the block (its provider_state row is paused, as a
+        429 pauses it); at the end it is released and the worker woken, as a create wakes it."""
+        conn = await db.connect(self.env["DATABASE_URL"])
+        try:
+            await conn.execute(
+                "INSERT INTO provider_state (provider, paused_until) VALUES ($1, 'infinity')"
+                " ON CONFLICT (provider) DO UPDATE SET paused_until = 'infinity'",
+                provider,
+            )
+            yield
+            await conn.execute(
+                "UPDATE provider_state SET paused_until = NULL WHERE provider = $1", provider
+            )
+            await conn.execute(queries.NOTIFY_RUNNABLE, [provider])
+        finally:
+            await conn.close()
 
     async def aclose(self) -> None:
         await self.http.aclose()
