@@ -31,6 +31,8 @@ MAX_ITEMS = 1000
 # Items a statement writes. Smaller chunks start the database sooner and leave less of the answer
 # waiting for the last statement; each costs a statement's fixed share.
 CHUNK = 250
+# The first chunk is smaller: until it is checked, the database has nothing to write.
+HEAD = 100
 # The batch's last items go in a statement of their own: the answer waits for the last statement
 # alone, while every earlier one runs as the server checks the next chunk.
 TAIL = 50
@@ -83,6 +85,7 @@ def _checked(
     database writes the one before."""
     rules = SimulatedRules.of(app.settings)  # once a batch, not once an item
     chunk: list[creates.NewJob] = []
+    size = HEAD
     tail_starts = len(items) - TAIL
     for i, item in enumerate(items):
         if i == tail_starts and chunk:
@@ -94,9 +97,10 @@ def _checked(
             answers[i] = problem.body()
             continue
         places.append(i)
-        if len(chunk) == CHUNK:
+        if len(chunk) == size:
             yield chunk
             chunk = []
+            size = CHUNK
     if chunk:
         yield chunk
 
