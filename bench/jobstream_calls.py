@@ -42,7 +42,8 @@ UPDATE job_attempts SET outcome = 'succeeded', finished_at = now()
 async def enqueue_http(
     admin_url: str, *, requests: int, callers: int, batches: int, batch: int, batch_api: bool
 ) -> dict[str, Enqueued | None]:
-    """POST /api/jobs from 1 and from `callers` clients, and POST /api/jobs/batch."""
+    """POST /api/jobs from 1 and from `callers` clients, and POST /api/jobs/batch without
+    idempotency keys and with one an item."""
     url = await side.prepare(admin_url)
     await common.settle(url)
     figures: dict[str, Enqueued | None] = {}
@@ -58,10 +59,14 @@ async def enqueue_http(
             finally:
                 for connection in connections:
                     await connection.close()
-        figures["http batch"] = None
+        figures["http batch"] = figures["http batch keyed"] = None
         if batch_api:
             async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+                await side.post_batch(client, batch)  # untimed: its statements get prepared
                 figures["http batch"] = await common.timed_calls(
+                    lambda _: side.post_batch(client, batch, keyed=False), callers=1, calls=batches
+                )
+                figures["http batch keyed"] = await common.timed_calls(
                     lambda _: side.post_batch(client, batch), callers=1, calls=batches
                 )
     return figures

@@ -19,7 +19,7 @@ from pgqueuer.queries import EntrypointExecutionParameter, Queries
 from pgqueuer.types import QueueEntrypoint, QueueManagerId
 
 from bench import queue_common as common
-from bench.jobstream_side import SPEC
+from bench.jobstream_side import SPEC, keys
 from bench.pgqueuer_runner import ENTRYPOINT
 from bench.queue_common import Drained, Enqueued, Latency, Snapshot, Steady
 
@@ -54,8 +54,16 @@ async def prepare(admin_url: str) -> str:
     return url
 
 
-async def _enqueue(queries: Queries, count: int) -> int:
-    await queries.enqueue([ENTRYPOINT] * count, [PAYLOAD] * count, [0] * count)
+async def _enqueue(queries: Queries, count: int, *, keyed: bool = False) -> int:
+    """`count` jobs in one call; with `keyed`, each with its own dedupe key, a duplicate skipped:
+    what an idempotency key is to jobstream's side."""
+    if keyed:
+        await queries.enqueue(
+            [ENTRYPOINT] * count, [PAYLOAD] * count, [0] * count,
+            dedupe_key=list[str | None](keys(count)), on_conflict="skip",
+        )  # fmt: skip
+    else:
+        await queries.enqueue([ENTRYPOINT] * count, [PAYLOAD] * count, [0] * count)
     return count
 
 
@@ -206,6 +214,9 @@ async def enqueue(
             ),
             "enqueue batch": await common.timed_calls(
                 lambda _: _enqueue(single, batch), callers=1, calls=batches
+            ),
+            "enqueue batch keyed": await common.timed_calls(
+                lambda _: _enqueue(single, batch, keyed=True), callers=1, calls=batches
             ),
         }
     finally:

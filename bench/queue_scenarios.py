@@ -117,7 +117,8 @@ async def enqueue(options: Options, admin_url: str, table: Table, batch_api: boo
     )
     p50, p99 = f"enqueue, {k} callers (js: POST): p50", f"enqueue, {k} callers (js: POST): p99"
     batch = f"enqueue, {options.batch_size:,} a call (js: POST batch)"
-    rows = [http1, httpk, p50, p99, lib1, libk, batch]
+    keyed = f"enqueue, {options.batch_size:,} a call, keyed"
+    rows = [http1, httpk, p50, p99, lib1, libk, batch, keyed]
 
     def record(side: str, figures: dict[str, float | None]) -> None:
         for row, value in figures.items():
@@ -129,17 +130,17 @@ async def enqueue(options: Options, admin_url: str, table: Table, batch_api: boo
             batch=options.batch_size, batch_api=batch_api,
         )  # fmt: skip
         direct = await jobstream_calls.enqueue_direct(admin_url, requests=requests, callers=k)
-        many, batched = web[f"http x{k}"], web["http batch"]
+        many, batched, batched_keyed = web[f"http x{k}"], web["http batch"], web["http batch keyed"]
         assert many is not None
         record(JOBSTREAM, {
             http1: _rate(web["http x1"]), httpk: many.rate,
             p50: many.latency.p50 * 1000, p99: many.latency.p99 * 1000,
             lib1: direct["create x1"].rate, libk: direct[f"create x{k}"].rate,
-            batch: _rate(batched),
+            batch: _rate(batched), keyed: _rate(batched_keyed),
         })  # fmt: skip
         return (
             f"POST x1 {_rate(web['http x1']) or 0:,.0f}/s, POST x{k} {many.rate:,.0f}/s"
-            f" ({many.latency}), batch {_fmt_rate(batched)};"
+            f" ({many.latency}), batch {_fmt_rate(batched)}, keyed {_fmt_rate(batched_keyed)};"
             f" creates.create x1 {direct['create x1'].rate:,.0f}/s,"
             f" x{k} {direct[f'create x{k}'].rate:,.0f}/s"
         )
@@ -149,20 +150,25 @@ async def enqueue(options: Options, admin_url: str, table: Table, batch_api: boo
             admin_url, requests=requests, callers=k, batches=options.batch_requests,
             batch=options.batch_size,
         )  # fmt: skip
-        single, many, batched = got["enqueue x1"], got[f"enqueue x{k}"], got["enqueue batch"]
+        single, many = got["enqueue x1"], got[f"enqueue x{k}"]
+        batched, batched_keyed = got["enqueue batch"], got["enqueue batch keyed"]
         record(PGQUEUER, {
             http1: single.rate, httpk: many.rate, p50: many.latency.p50 * 1000,
             p99: many.latency.p99 * 1000, lib1: single.rate, libk: many.rate,
-            batch: batched.rate,
+            batch: batched.rate, keyed: batched_keyed.rate,
         })  # fmt: skip
         return (
             f"enqueue x1 {single.rate:,.0f}/s, x{k} {many.rate:,.0f}/s ({many.latency}),"
-            f" batch {batched.rate:,.0f}/s"
+            f" batch {batched.rate:,.0f}/s, keyed {batched_keyed.rate:,.0f}/s"
         )
 
     await _interleave(options, "enqueue", ours, theirs)
     table.print_rows(rows)
     print("    (the pgqueuer column of the POST rows is its Queries.enqueue: it has no HTTP API)")
+    print(
+        "    (batch: no job has a key on either side; keyed: each jobstream item has an"
+        " idempotency_key, each PgQueuer job a dedupe_key, on_conflict='skip')"
+    )
 
 
 def _rate(figure: Enqueued | None) -> float | None:
