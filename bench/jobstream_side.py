@@ -90,9 +90,10 @@ async def create(pool: asyncpg.Pool) -> int:
     return 1
 
 
-async def create_many(pool: asyncpg.Pool, count: int) -> int:
-    """`count` jobs in one call, as PgQueuer's side enqueues a batch."""
-    items = [creates.NewJob(SPEC, key) for key in keys(count)]
+async def create_many(pool: asyncpg.Pool, count: int, *, keyed: bool = True) -> int:
+    """`count` jobs in one call, as PgQueuer's side enqueues a batch; each with its own
+    idempotency key when `keyed`."""
+    items = [creates.NewJob(SPEC, key) for key in (keys(count) if keyed else [None] * count)]
     made = await creates.create_many(pool, TENANT, items)
     if refused := [m for m in made if not isinstance(m, creates.Created)]:
         raise RuntimeError(f"creates.create_many: {len(refused)} refused, e.g. {refused[0]!r}")

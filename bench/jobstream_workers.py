@@ -129,7 +129,7 @@ async def steady(
                 clients = [httpx.AsyncClient(base_url=base, timeout=60) for _ in range(producers)]
                 try:
                     start, end = await common.produce_during(
-                        lambda n: side.post_batch(clients[n], batch),
+                        lambda n: side.post_batch(clients[n], batch, keyed=False),
                         producers=producers, rate=rate, backlog=backlog, warmup_s=warmup_s,
                         seconds=seconds, snapshot=snapshot, alive=alive,
                     )  # fmt: skip
@@ -139,7 +139,8 @@ async def steady(
         else:
 
             async def create_batch(_producer: int) -> int:
-                return await side.create_many(pool, batch)
+                # No keys, as PgQueuer's producers send no dedupe keys.
+                return await side.create_many(pool, batch, keyed=False)
 
             start, end = await common.produce_during(
                 create_batch, producers=producers, rate=rate, backlog=backlog, warmup_s=warmup_s,
