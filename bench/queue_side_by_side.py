@@ -107,13 +107,15 @@ async def _describe(admin_url: str) -> str:
     try:
         fsync = await conn.fetchval("SHOW fsync")
         sync_commit = await conn.fetchval("SHOW synchronous_commit")
+        shared_buffers = await conn.fetchval("SHOW shared_buffers")
         version = await conn.fetchval("SELECT version()")
     finally:
         await conn.close()
     return (
         "queue_side_by_side: jobstream vs PgQueuer\n"
         f"PostgreSQL: {version}\n"
-        f"  fsync = {fsync}, synchronous_commit = {sync_commit}\n"
+        f"  fsync = {fsync}, synchronous_commit = {sync_commit},"
+        f" shared_buffers = {shared_buffers}\n"
         f"machine: {os.cpu_count()} cores, {_cpu_model()}; Python {platform.python_version()};"
         f" pgqueuer {metadata.version('pgqueuer')}, asyncpg {metadata.version('asyncpg')}"
     )

@@ -45,6 +45,8 @@ class EmbeddedPostgres:
     datadir: Path
     port: int = 0
     durable: bool = True
+    # Small by default: a test run starts many clusters side by side.
+    shared_buffers: str = "64MB"
     _user: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -111,7 +113,7 @@ class EmbeddedPostgres:
             f"-p {self.port}",
             f"-k {self.datadir}",
             "-c max_connections=300",
-            "-c shared_buffers=64MB",
+            f"-c shared_buffers={self.shared_buffers}",
         ]
         if not self.durable:
             # Throwaway test clusters survive no OS crash, so skip fsync. synchronous_commit stays
