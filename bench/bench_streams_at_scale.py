@@ -12,7 +12,8 @@
 
     .venv/bin/python -m bench.bench_streams_at_scale     (or `make bench` for every benchmark)
 
-BENCH_SCALE_STREAMS (default 50,200,1000) lists the stream counts of (2), each run in turn.
+BENCH_SCALE_STREAMS (default 50,200,1000) lists the stream counts of (2), each run in turn;
+BENCH_SCALE_WORKERS (default 1) the worker processes that share them.
 Figures are printed, never asserted.
 """
 
@@ -21,10 +22,12 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 import uuid
 from datetime import datetime
+from pathlib import Path
 
 import asyncpg
 import httpx
@@ -46,12 +49,13 @@ TOKEN_TEXT = "1234 "  # a token of the count pattern, as the worker's rows hold 
 def main() -> None:
     logs.configure("warning", json=False)
     counts = [int(n) for n in os.environ.get("BENCH_SCALE_STREAMS", "50,200,1000").split(",")]
+    workers = int(os.environ.get("BENCH_SCALE_WORKERS", "1"))
     _raise_open_files(max(counts) * 2 + 1000)
     with durable_postgres("jobstream-bench-") as admin_url:
-        asyncio.run(_run(admin_url, counts))
+        asyncio.run(_run(admin_url, counts, workers))
 
 
-async def _run(admin_url: str, counts: list[int]) -> None:
+async def _run(admin_url: str, counts: list[int], workers: int) -> None:
     print("bench_streams_at_scale")
     async with _database(admin_url) as url:
         ceiling = await insert_ceiling(url)
@@ -66,7 +70,7 @@ async def _run(admin_url: str, counts: list[int]) -> None:
     for count in counts:
         async with _database(admin_url) as url:
             commit_ceiling = await commit_loop_ceiling(url)
-            await many_streams(url, count, commit_ceiling)
+            await many_streams(url, count, commit_ceiling, workers)
 
 
 async def insert_ceiling(url: str) -> float:
@@ -110,12 +114,13 @@ async def commit_loop_ceiling(url: str) -> float:
         await conn.close()
 
 
-async def many_streams(url: str, count: int, commit_ceiling: float) -> None:
-    """`count` jobs at RATE tokens/s, each followed by one SSE client from its first event."""
+async def many_streams(url: str, count: int, commit_ceiling: float, workers: int = 1) -> None:
+    """`count` jobs at RATE tokens/s, each followed by one SSE client from its first event,
+    run by `workers` worker processes (each takes at most its share)."""
     pool = await db.create_pool(url, min_size=1, max_size=4)
     port = _free_port()
     server = _spawn("server", url, JOBSTREAM_PORT=str(port))
-    worker = None
+    running: list[subprocess.Popen[bytes]] = []
     arrived: dict[str, list[tuple[str, float, float, str]]] = {}
     try:
         await pool.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
@@ -133,15 +138,19 @@ async def many_streams(url: str, count: int, commit_ceiling: float) -> None:
         gate = asyncio.Semaphore(100)
         await asyncio.gather(*(f.open(gate) for f in followers))
         reading = [asyncio.create_task(f.read()) for f in followers]
-        with tempfile.NamedTemporaryFile("r", suffix=".tsv") as sent_file:
+        with tempfile.TemporaryDirectory() as sent_dir:
+            sent_paths = [Path(sent_dir) / f"sent-{n}.tsv" for n in range(workers)]
             lsn_before = await pool.fetchval("SELECT pg_current_wal_insert_lsn()")
             commits_before = await _xact_commits(pool)
-            worker = _spawn(
-                "bench.timed_worker",
-                url,
-                BENCH_SENT_PATH=sent_file.name,
-                JOBSTREAM_WORKER_CONCURRENCY=str(count),
-            )
+            running = [
+                _spawn(
+                    "bench.timed_worker",
+                    url,
+                    BENCH_SENT_PATH=str(path),
+                    JOBSTREAM_WORKER_CONCURRENCY=str(-(-count // workers)),
+                )
+                for path in sent_paths
+            ]
             started = time.monotonic()
             await asyncio.wait_for(asyncio.gather(*reading), 120 + TOKENS / RATE * 4)
             seconds = time.monotonic() - started
@@ -153,14 +162,15 @@ async def many_streams(url: str, count: int, commit_ceiling: float) -> None:
                 lsn_before,
                 lsn_after,
             )
-            _stop(worker)
-            worker = None
+            while running:
+                _stop(running.pop())
             sent = {}
-            for line in sent_file.read().splitlines():
-                prompt, text, at = line.split("\t")
-                sent[(prompt, text)] = float(at)
+            for path in sent_paths:
+                for line in path.read_text().splitlines():
+                    prompt, text, at = line.split("\t")
+                    sent[(prompt, text)] = float(at)
     finally:
-        if worker is not None:
+        for worker in running:
             _stop(worker)
         _stop(server)
         await pool.close()
@@ -188,7 +198,7 @@ async def many_streams(url: str, count: int, commit_ceiling: float) -> None:
     produced = len(sent) / produced_s if produced_s > 0 else float("nan")
     print(
         f"  (2) {count:,} streams at {RATE:g} tokens/s ({TOKENS} tokens each), one SSE follower"
-        f" each, one worker process, one server process:\n"
+        f" each, {_processes(workers, 'worker')}, one server process:\n"
         f"      {exact:,}/{count:,} followers' text exact; {len(delays):,} deltas timed in"
         f" {seconds:.1f} s; the streams produced {produced:,.0f} deltas/s of the"
         f" {count * RATE:,.0f}/s asked\n"
@@ -197,12 +207,16 @@ async def many_streams(url: str, count: int, commit_ceiling: float) -> None:
         f"        delta -> its write's start p50 {to_write[49] * 1000:.1f} ms, p99"
         f" {to_write[98] * 1000:.1f} ms; write's start -> SSE p50 {from_write[49] * 1000:.1f} ms,"
         f" p99 {from_write[98] * 1000:.1f} ms\n"
-        f"      WAL commit records {wal_commits / seconds:,.0f}/s for the one worker process"
+        f"      WAL commit records {wal_commits / seconds / workers:,.0f}/s a worker process"
         f" (target < 100/s; xact_commit, read-only included,"
         f" {(commits_after - commits_before) / seconds:,.0f}/s); one connection committing"
         f" in a loop with a NOTIFY each: {commit_ceiling:,.0f} commits/s\n"
         f"      loadavg {_loadavg()}"
     )
+
+
+def _processes(n: int, what: str) -> str:
+    return f"one {what} process" if n == 1 else f"{n} {what} processes"
 
 
 def _percentiles(values: list[float]) -> list[float]:
