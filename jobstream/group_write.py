@@ -33,7 +33,9 @@ class GroupWriter(Generic[Item, Answer]):
 
     `in_flight` batches may be under way at once, each on its own connection. `min_interval_s`
     spaces the writes: a write that took less waits out the rest, so that what arrives meanwhile
-    joins the next statement instead of costing a commit of its own.
+    joins the next statement instead of costing a commit of its own. `collect`, called as each
+    write is put together, may add items of its own (submit_nowait): what the writer takes from
+    its sources instead of waiting for them to hand it over (worker/token_writes.py).
     """
 
     def __init__(
@@ -44,23 +46,33 @@ class GroupWriter(Generic[Item, Answer]):
         max_batch: int,
         in_flight: int = 1,
         min_interval_s: float = 0.0,
+        collect: Callable[[], None] | None = None,
     ) -> None:
         self._name = name
         self._write_many = write_many
         self._max_batch = max_batch
         self._in_flight = in_flight
         self._min_interval_s = min_interval_s
+        self._collect = collect
         self._items: list[Item] = []
         self._waiting: list[asyncio.Future[Answer]] = []
         self._arrived = asyncio.Event()
 
     async def submit(self, item: Item) -> Answer:
         """Write `item` with the others of its turn; its answer, or the database's error."""
+        return await self.submit_nowait(item)
+
+    def submit_nowait(self, item: Item) -> asyncio.Future[Answer]:
+        """Write `item` with the others of its turn: the future of its answer (or error)."""
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._items.append(item)
         self._waiting.append(answer)
         self._arrived.set()
-        return await answer
+        return answer
+
+    def wake(self) -> None:
+        """Put a write together now: `collect` has something."""
+        self._arrived.set()
 
     async def run(self) -> None:
         """The writer: until cancelled, write what is pending."""
@@ -71,6 +83,8 @@ class GroupWriter(Generic[Item, Answer]):
             while True:
                 await self._arrived.wait()
                 await room.acquire()
+                if self._collect is not None:
+                    self._collect()
                 n = self._max_batch
                 items, self._items = self._items[:n], self._items[n:]
                 waiting, self._waiting = self._waiting[:n], self._waiting[n:]

@@ -1,14 +1,15 @@
 """One attempt at a job: stream from the provider, persist the tokens, settle the outcome.
 
-The provider pump adds the stream's deltas to the attempt's coalescer itself and wakes the
-runner only when a flush falls due (a delta through a queue to the runner was a task switch and
-a timer per token, and at 50 tokens/s nearly every delta came alone). Three sources feed one
-inbox with the attempt's endings: the pump (the stream's end or failure), the worker's lease
-renewals (a cancel request, or the lease lost; worker/lease.py) and the worker (shutdown). The
-runner's loop is the only writer: it flushes what the coalescer holds when due and, at the first
-ending, stops the pump, leaves the lease renewals and records exactly one outcome
-(worker/outcome.py), flushing first so that the log holds every token before the status changes
-(DESIGN.md §5).
+The provider pump adds the stream's deltas to the attempt's coalescer itself (a delta through a
+queue to the runner was a task switch and a timer per token, and at 50 tokens/s nearly every
+delta came alone), and the worker's token writer takes the due text from there as it puts each
+write together (worker/token_pull.py): a flush that goes well wakes nobody. Three sources feed
+one inbox with the attempt's endings: the pump (the stream's end or failure), the worker's lease
+renewals (a cancel request, or the lease lost; worker/lease.py) and the worker (shutdown); a
+token write that went wrong posts there too, or wakes the runner to write by itself until its
+log is sure again. At the first ending the runner stops the pump, waits for its text's write in
+flight, leaves the lease renewals and records exactly one outcome (worker/outcome.py), flushing
+first so that the log holds every token before the status changes (DESIGN.md §5).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ from worker.inbox import (
 from worker.lease import Lease, Leases
 from worker.outcome import AttemptResult, LeaseExpired, OutcomeRecorder, SuccessWriter
 from worker.providers.base import Provider, ProviderRequest
-from worker.token_log import AppendWriter, TokenLog
+from worker.token_log import TokenLog
+from worker.token_pull import TokenPull
+from worker.token_writes import TokenWrites
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +61,7 @@ class AttemptRunner:
         leases: Leases,
         claimed_at: float,
         write_success: SuccessWriter | None = None,
-        write_tokens: AppendWriter | None = None,
+        token_writes: TokenWrites | None = None,
     ) -> None:
         self.held = held
         self._provider = provider
@@ -66,8 +69,17 @@ class AttemptRunner:
         self._coalescer = Coalescer(
             interval_s=settings.flush_interval_s, max_bytes=settings.flush_bytes
         )
-        # The worker's group writer (worker/token_writes.py), or a statement of our own.
-        self._tokens = TokenLog(pool, held, writer=write_tokens)
+        # The worker's group writer (worker/token_writes.py), or a statement of our own. With
+        # the writer, it takes the due text itself while the stream runs (worker/token_pull.py).
+        self._token_writes = token_writes
+        self._tokens = TokenLog(
+            pool, held, writer=token_writes.append if token_writes is not None else None
+        )
+        self._pull = (
+            TokenPull(self._coalescer, self._tokens, self._inbox, token_writes.due)
+            if token_writes is not None
+            else None
+        )
         # Renewed with the worker's other attempts' from now on, until the stream ends.
         self._lease: Lease = leases.hold(held, self._inbox, claimed_at=claimed_at)
         spec = held.spec
@@ -139,13 +151,21 @@ class AttemptRunner:
         # The attempt's time limit is a deadline of this loop's, not a timer in the pump: the
         # runner ends the attempt, then stops the stream (one timer less per attempt).
         give_up_at = loop.time() + self.held.spec.timeout_s
+        pull, writes = self._pull, self._token_writes
+        if pull is not None and writes is not None:
+            writes.attach(pull)
         try:
             while True:
                 # Woken by an ending, by the pump when a flush falls due (or when the first delta
                 # after a flush sets its time), or by the deadline; with nothing pending, the
-                # wait is for the attempt's time limit alone.
+                # wait is for the attempt's time limit alone. While the worker's writer takes
+                # the text (pull), the runner waits for the time limit, an ending, or word that
+                # a write went wrong (the log in doubt): then it writes by itself.
                 due_at = coalescer.due_at
-                if coalescer.flush_due(loop.time()):
+                pushing = pull is None or self._tokens.in_doubt
+                if not pushing:
+                    wait_until = give_up_at
+                elif coalescer.flush_due(loop.time()):
                     wait_until = 0.0  # a chunk filled while the last flush was written
                 else:
                     wait_until = give_up_at if due_at is None else min(due_at, give_up_at)
@@ -157,17 +177,33 @@ class AttemptRunner:
                     return self._timed_out()
                 # One write for all that is due, however many chunks (events of at most
                 # flush_bytes each) it holds.
-                if coalescer.flush_due(now) and not await self._flushed():
-                    return LeaseLost("a token write was refused: the job moved on")
+                if pull is not None and not self._tokens.in_doubt:
+                    continue
+                if coalescer.flush_due(now):
+                    if pull is not None:
+                        pull.alone = True
+                    try:
+                        if not await self._flushed():
+                            return LeaseLost("a token write was refused: the job moved on")
+                    finally:
+                        if pull is not None:
+                            pull.alone = False
+                if pull is not None:
+                    pull.pending(loop.time())  # the log is sure again: back to the writer
         finally:
+            if pull is not None and writes is not None:
+                writes.detach(pull)
             self._lease.release()
             await self._stop(pump)
+            if pull is not None:
+                await pull.idle()  # its last write's answer, before settling reads the log
 
     async def _pump(self) -> None:
         """Move the provider's stream into the coalescer; its end or failure goes to the inbox."""
         stream = self._provider.stream(self._request)
         ending: Ending = StreamEnded()
         coalescer = self._coalescer
+        pull = self._pull
         loop = asyncio.get_running_loop()
         try:
             async for item in stream:
@@ -181,8 +217,13 @@ class AttemptRunner:
                     # once, here, so that the log and the result agree.
                     text = text.replace("\x00", "\ufffd")
                 idle = coalescer.due_at is None
-                if coalescer.add(text, loop.time()) or (idle and coalescer.due_at is not None):
-                    self._inbox.wake()  # a flush is due, or its time was just set
+                now = loop.time()
+                if coalescer.add(text, now) or (idle and coalescer.due_at is not None):
+                    # A flush is due, or its time was just set.
+                    if pull is None:
+                        self._inbox.wake()
+                    else:
+                        pull.pending(now)
         except ProviderError as exc:
             ending = StreamFailed(Failure.from_provider(exc))
         except TimeoutError:

@@ -51,6 +51,26 @@ class TokenLog:
         """The last write may or may not have committed: the next one reconciles first."""
         return self._in_doubt
 
+    def append_of(self, chunks: Sequence[str]) -> TokenAppend:
+        """`chunks` as an append after everything written before, for the worker's writer to
+        take (worker/token_pull.py); its answer goes to landed, or its failure to lost. Only
+        while the log is not in doubt: then write reconciles first."""
+        assert not self._in_doubt, "a write in doubt is reconciled by write()"
+        return TokenAppend(self._held, chunks, self._durable)
+
+    def landed(self, append: TokenAppend, answer: Appended) -> bool:
+        """The answer to an append_of (of a held attempt): True when it landed; False when the
+        log was not at its offset, which makes the log in doubt."""
+        if answer.last_seq is None:
+            self._in_doubt = True
+            return False
+        self._durable = append.at + sum(len(chunk) for chunk in append.chunks)
+        return True
+
+    def lost(self) -> None:
+        """An append_of's connection failed: it may or may not have landed."""
+        self._in_doubt = True
+
     async def write(self, chunks: Sequence[str]) -> None:
         """Append `chunks`, the text that follows everything written before.
 

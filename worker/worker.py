@@ -293,7 +293,7 @@ class Worker:
             leases=self._leases,
             claimed_at=claimed_at,
             write_success=self._completions.accept if self._completions else None,
-            write_tokens=self._token_writes.append if self._token_writes else None,
+            token_writes=self._token_writes,
         )
         key = (held.job_id, held.attempt)
         # The attempt's log lines carry its job, attempt and run token: set in the context the

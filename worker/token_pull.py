@@ -1,0 +1,118 @@
+"""An attempt's side of the writes its worker's token writer takes (worker/token_writes.py).
+
+While the stream runs, the writer takes the attempt's due text as it puts each write together,
+and its answer lands here, in a callback: the runner is not woken for a flush that went well.
+What went otherwise reaches the runner: a fence through its inbox (LeaseLost), a write in
+doubt or refused for its offset as TokenLog.in_doubt, a wake-up, and the text put back; the
+runner then writes by itself (TokenLog.write reconciles the log first) until the log is sure
+again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import structlog
+
+from jobstream import db
+from jobstream.token_appends import Appended, TokenAppend
+from worker.coalescer import Coalescer
+from worker.failure import Failure
+from worker.inbox import Inbox, LeaseLost, StreamFailed
+from worker.token_log import TokenLog
+
+log = structlog.get_logger(__name__)
+
+
+class TokenPull:
+    def __init__(
+        self,
+        coalescer: Coalescer,
+        tokens: TokenLog,
+        inbox: Inbox,
+        announce: Callable[[float], None],
+    ) -> None:
+        self._coalescer = coalescer
+        self._tokens = tokens
+        self._inbox = inbox
+        self._announce = announce  # tells the writer when text is due (TokenWrites.due)
+        self._taken: TokenAppend | None = None  # in flight
+        self._landed: asyncio.Future[None] | None = None  # awaited by `idle`
+        # The runner writes by itself (its log was in doubt): the writer takes nothing, or two
+        # writes would name one offset, and the reconcile would drop the wrong text.
+        self.alone = False
+
+    @property
+    def in_flight(self) -> bool:
+        """A write holds text of this attempt's: its answer is still to come."""
+        return self._taken is not None
+
+    @property
+    def due_at(self) -> float | None:
+        if self._taken is not None or self.alone or self._tokens.in_doubt:
+            return None
+        return self._coalescer.due_at
+
+    def pending(self, now: float) -> None:
+        """The pump's word: text is due at the coalescer's time, or now (a full chunk)."""
+        if self._taken is not None or self.alone:
+            return  # announced when the write out lands
+        if self._tokens.in_doubt:
+            self._inbox.wake()  # the runner writes by itself until the log is sure
+        elif self._coalescer.flush_due(now):
+            self._announce(now)
+        elif self._coalescer.due_at is not None:
+            self._announce(self._coalescer.due_at)
+
+    def take(self, now: float) -> TokenAppend | None:
+        if self.due_at is None or not self._coalescer.flush_due(now):
+            return None
+        append = self._tokens.append_of(self._coalescer.take())
+        self._taken = append
+        return append
+
+    def settle(self, answer: asyncio.Future[Appended]) -> None:
+        append, self._taken = self._taken, None
+        assert append is not None, "an answer comes only for a write that took text"
+        try:
+            self._settle(append, answer)
+        finally:
+            if self._landed is not None and not self._landed.done():
+                self._landed.set_result(None)
+
+    async def idle(self) -> None:
+        """Until no write of this attempt's text is in flight."""
+        if self._taken is not None:
+            self._landed = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._landed)
+
+    def _settle(self, append: TokenAppend, answer: asyncio.Future[Appended]) -> None:
+        if answer.cancelled():  # the writer stopped: the worker is going
+            self._put_back(append)
+            return
+        error = answer.exception()
+        if error is None:
+            outcome = answer.result()
+            if not outcome.held:
+                self._inbox.put_nowait(LeaseLost("a token write was refused: the job moved on"))
+            elif self._tokens.landed(append, outcome):
+                # Text that came while this write was out waited for its answer.
+                if self._coalescer.due_at is not None:
+                    self._announce(self._coalescer.due_at)
+                return
+            else:
+                self._put_back(append)  # refused for its offset: reconcile, then write again
+            return
+        if isinstance(error, db.DISCONNECTS):
+            log.warning("token_flush_failed", error=str(error) or type(error).__name__)
+            self._tokens.lost()
+            self._put_back(append)
+            return
+        log.error("token_write_crashed", exc_info=error)
+        self._inbox.put_nowait(StreamFailed(Failure.internal(error)))
+
+    def _put_back(self, append: TokenAppend) -> None:
+        """The text waits again, first in line; the runner writes it (the log is in doubt)."""
+        self._coalescer.put_back(list(append.chunks), asyncio.get_running_loop().time())
+        self._inbox.wake()
