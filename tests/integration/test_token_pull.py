@@ -46,9 +46,7 @@ class Stream:
         )
 
     async def _settled(self) -> bool:
-        return not self.pull.in_flight and (
-            self.coalescer.due_at is None or self.tokens.in_doubt
-        )
+        return not self.pull.in_flight and (self.coalescer.due_at is None or self.tokens.in_doubt)
 
 
 @pytest.fixture
