@@ -184,7 +184,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS tenant_jobs_key_idx ON tenant_jobs (tenant_id,
     WHERE idempotency_key IS NOT NULL;
 
 -- No foreign key to jobs: the claim inserts an attempt in the statement that updates its job, and
--- the janitor deletes a job's attempts itself, with its events (queries.DELETE_EXPIRED_JOBS).
+-- a job's attempts are deleted with its other rows (delete_jobs, below).
 CREATE TABLE IF NOT EXISTS job_attempts (
     job_id         uuid NOT NULL,
     attempt        integer NOT NULL,

@@ -61,7 +61,7 @@ class AttemptRunner:
         leases: Leases,
         claimed_at: float,
         write_success: SuccessWriter | None = None,
-        token_writes: TokenWrites | None = None,
+        token_writes: TokenWrites,
     ) -> None:
         self.held = held
         self._provider = provider
@@ -69,17 +69,11 @@ class AttemptRunner:
         self._coalescer = Coalescer(
             interval_s=settings.flush_interval_s, max_bytes=settings.flush_bytes
         )
-        # The worker's group writer (worker/token_writes.py), or a statement of our own. With
-        # the writer, it takes the due text itself while the stream runs (worker/token_pull.py).
-        self._token_writes = token_writes
-        self._tokens = TokenLog(
-            pool, held, writer=token_writes.append if token_writes is not None else None
-        )
-        self._pull = (
-            TokenPull(self._coalescer, self._tokens, self._inbox, token_writes.due)
-            if token_writes is not None
-            else None
-        )
+        # The worker's group writer (worker/token_writes.py): it takes the due text itself
+        # while the stream runs (worker/token_pull.py); the runner writes through it when its
+        # log is in doubt, and as it settles.
+        self._tokens = TokenLog(pool, held, writer=token_writes.append)
+        self._pull = TokenPull(self._coalescer, self._tokens, self._inbox, token_writes)
         # Renewed with the worker's other attempts' from now on, until the stream ends.
         self._lease: Lease = leases.hold(held, self._inbox, claimed_at=claimed_at)
         spec = held.spec
@@ -151,19 +145,15 @@ class AttemptRunner:
         # The attempt's time limit is a deadline of this loop's, not a timer in the pump: the
         # runner ends the attempt, then stops the stream (one timer less per attempt).
         give_up_at = loop.time() + self.held.spec.timeout_s
-        pull, writes = self._pull, self._token_writes
-        if pull is not None and writes is not None:
-            writes.attach(pull)
+        pull = self._pull
+        pull.attach()
         try:
             while True:
-                # Woken by an ending, by the pump when a flush falls due (or when the first delta
-                # after a flush sets its time), or by the deadline; with nothing pending, the
-                # wait is for the attempt's time limit alone. While the worker's writer takes
-                # the text (pull), the runner waits for the time limit, an ending, or word that
-                # a write went wrong (the log in doubt): then it writes by itself.
+                # While the worker's writer takes the text, the runner waits for an ending, the
+                # time limit, or word that a write went wrong (its log in doubt): then it writes
+                # by itself, when the text falls due, until the log is sure again.
                 due_at = coalescer.due_at
-                pushing = pull is None or self._tokens.in_doubt
-                if not pushing:
+                if not self._tokens.in_doubt:
                     wait_until = give_up_at
                 elif coalescer.flush_due(loop.time()):
                     wait_until = 0.0  # a chunk filled while the last flush was written
@@ -175,28 +165,20 @@ class AttemptRunner:
                 now = loop.time()
                 if now >= give_up_at:
                     return self._timed_out()
+                if not self._tokens.in_doubt:
+                    continue
                 # One write for all that is due, however many chunks (events of at most
                 # flush_bytes each) it holds.
-                if pull is not None and not self._tokens.in_doubt:
-                    continue
                 if coalescer.flush_due(now):
-                    if pull is not None:
-                        pull.alone = True
-                    try:
+                    with pull.writing_alone():
                         if not await self._flushed():
                             return LeaseLost("a token write was refused: the job moved on")
-                    finally:
-                        if pull is not None:
-                            pull.alone = False
-                if pull is not None:
-                    pull.pending(loop.time())  # the log is sure again: back to the writer
+                pull.pending(loop.time())  # the log is sure again: back to the writer
         finally:
-            if pull is not None and writes is not None:
-                writes.detach(pull)
+            pull.detach()
             self._lease.release()
             await self._stop(pump)
-            if pull is not None:
-                await pull.idle()  # its last write's answer, before settling reads the log
+            await pull.idle()  # its last write's answer, before settling reads the log
 
     async def _pump(self) -> None:
         """Move the provider's stream into the coalescer; its end or failure goes to the inbox."""
@@ -219,11 +201,7 @@ class AttemptRunner:
                 idle = coalescer.due_at is None
                 now = loop.time()
                 if coalescer.add(text, now) or (idle and coalescer.due_at is not None):
-                    # A flush is due, or its time was just set.
-                    if pull is None:
-                        self._inbox.wake()
-                    else:
-                        pull.pending(now)
+                    pull.pending(now)  # a flush is due, or its time was just set
         except ProviderError as exc:
             ending = StreamFailed(Failure.from_provider(exc))
         except TimeoutError:

@@ -1,8 +1,10 @@
 """How an attempt ends, delivered through one inbox to its runner's single loop.
 
-The provider pump, the lease renewals and the worker each post here; only the runner's loop
-writes to the database, so token flushes never race each other or a status change. The pump's
-deltas go to the attempt's coalescer instead, and the pump wakes the runner when a flush is due.
+The provider pump, the lease renewals and the worker each post here, and so does a token write
+of the worker's writer that was fenced (worker/token_pull.py). The pump's deltas go to the
+attempt's coalescer instead, where the writer takes them; a write in doubt wakes the runner,
+which then writes by itself. The runner settles the outcome only once no write of its text is
+in flight, so a token write never races a status change.
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ class Inbox:
         self.wake()
 
     def wake(self) -> None:
-        """End the reader's wait now, with whatever is waiting (maybe nothing): the pump tells
-        it a flush is due. Nobody waiting: nothing to do, the reader looks before it waits."""
+        """End the reader's wait now, with whatever is waiting (maybe nothing): a token write
+        went wrong and the runner is to write by itself. Nobody waiting: nothing to do, the
+        reader looks before it waits."""
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

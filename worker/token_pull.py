@@ -11,7 +11,8 @@ again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Iterator
 
 import structlog
 
@@ -21,27 +22,40 @@ from worker.coalescer import Coalescer
 from worker.failure import Failure
 from worker.inbox import Inbox, LeaseLost, StreamFailed
 from worker.token_log import TokenLog
+from worker.token_writes import TokenWrites
 
 log = structlog.get_logger(__name__)
 
 
 class TokenPull:
     def __init__(
-        self,
-        coalescer: Coalescer,
-        tokens: TokenLog,
-        inbox: Inbox,
-        announce: Callable[[float], None],
+        self, coalescer: Coalescer, tokens: TokenLog, inbox: Inbox, writes: TokenWrites
     ) -> None:
         self._coalescer = coalescer
         self._tokens = tokens
         self._inbox = inbox
-        self._announce = announce  # tells the writer when text is due (TokenWrites.due)
+        self._writes = writes
         self._taken: TokenAppend | None = None  # in flight
         self._landed: asyncio.Future[None] | None = None  # awaited by `idle`
         # The runner writes by itself (its log was in doubt): the writer takes nothing, or two
         # writes would name one offset, and the reconcile would drop the wrong text.
-        self.alone = False
+        self._alone = False
+
+    def attach(self) -> None:
+        """The writer takes this attempt's due text from now on, until detach."""
+        self._writes.attach(self)
+
+    def detach(self) -> None:
+        self._writes.detach(self)
+
+    @contextlib.contextmanager
+    def writing_alone(self) -> Iterator[None]:
+        """While the runner writes this attempt's text by itself, the writer takes none."""
+        self._alone = True
+        try:
+            yield
+        finally:
+            self._alone = False
 
     @property
     def in_flight(self) -> bool:
@@ -50,20 +64,20 @@ class TokenPull:
 
     @property
     def due_at(self) -> float | None:
-        if self._taken is not None or self.alone or self._tokens.in_doubt:
+        if self._taken is not None or self._alone or self._tokens.in_doubt:
             return None
         return self._coalescer.due_at
 
     def pending(self, now: float) -> None:
         """The pump's word: text is due at the coalescer's time, or now (a full chunk)."""
-        if self._taken is not None or self.alone:
+        if self._taken is not None or self._alone:
             return  # announced when the write out lands
         if self._tokens.in_doubt:
             self._inbox.wake()  # the runner writes by itself until the log is sure
         elif self._coalescer.flush_due(now):
-            self._announce(now)
+            self._writes.due(now)
         elif self._coalescer.due_at is not None:
-            self._announce(self._coalescer.due_at)
+            self._writes.due(self._coalescer.due_at)
 
     def take(self, now: float) -> TokenAppend | None:
         if self.due_at is None or not self._coalescer.flush_due(now):
@@ -99,7 +113,7 @@ class TokenPull:
             elif self._tokens.landed(append, outcome):
                 # Text that came while this write was out waited for its answer.
                 if self._coalescer.due_at is not None:
-                    self._announce(self._coalescer.due_at)
+                    self._writes.due(self._coalescer.due_at)
                 return
             else:
                 self._put_back(append)  # refused for its offset: reconcile, then write again

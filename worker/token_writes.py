@@ -58,7 +58,7 @@ class TokenWrites:
             "token-writes", append_many, max_batch=MAX_BATCH, min_interval_s=min_interval_s,
             collect=self._collect,
         )  # fmt: skip
-        self._sources: dict[int, Source] = {}
+        self._sources: set[Source] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
 
@@ -69,10 +69,10 @@ class TokenWrites:
 
     def attach(self, source: Source) -> None:
         """Take `source`'s due text with every write from now on, until detach."""
-        self._sources[id(source)] = source
+        self._sources.add(source)
 
     def detach(self, source: Source) -> None:
-        self._sources.pop(id(source), None)
+        self._sources.discard(source)
 
     def due(self, at: float) -> None:
         """An attached source has text due at `at` (loop time): write it by then."""
@@ -106,7 +106,7 @@ class TokenWrites:
         loop = asyncio.get_running_loop()
         now = loop.time()
         earliest: float | None = None
-        for source in list(self._sources.values()):
+        for source in list(self._sources):
             append = source.take(now)
             if append is not None:
                 self._writer.submit_nowait(append).add_done_callback(source.settle)

@@ -282,7 +282,9 @@ class Worker:
             self._wake.set()
 
     def _start(self, pool: asyncpg.Pool, held: Claimed, claimed_at: float) -> None:
-        assert self._leases is not None, "attempts start only while the worker runs"
+        assert self._leases is not None and self._token_writes is not None, (
+            "attempts start only while the worker runs"
+        )
         runner = AttemptRunner(
             pool,
             held,

@@ -62,8 +62,8 @@ async def stream(pool: asyncpg.Pool) -> AsyncIterator[Stream]:
     coalescer = Coalescer(interval_s=INTERVAL_S, max_bytes=4096)
     tokens = TokenLog(flaky, held, writer=writes.append)  # type: ignore[arg-type]
     inbox = Inbox()
-    pull = TokenPull(coalescer, tokens, inbox, writes.due)
-    writes.attach(pull)
+    pull = TokenPull(coalescer, tokens, inbox, writes)
+    pull.attach()
     try:
         yield Stream(held, flaky, coalescer, tokens, inbox, pull)
     finally:
@@ -117,9 +117,8 @@ async def test_a_taken_write_sent_late_after_its_resend_is_not_stored_twice(
 async def test_nothing_is_taken_while_the_runner_writes_alone(stream: Stream) -> None:
     loop = asyncio.get_running_loop()
     stream.coalescer.add("0 ", loop.time() - INTERVAL_S)
-    stream.pull.alone = True
-    assert stream.pull.take(loop.time()) is None
-    stream.pull.alone = False
+    with stream.pull.writing_alone():
+        assert stream.pull.take(loop.time()) is None
     assert stream.pull.take(loop.time()) is not None
 
 
