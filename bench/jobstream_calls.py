@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import asyncpg
-import httpx
 
 from bench import http_load
 from bench import jobstream_side as side
@@ -61,7 +60,8 @@ async def enqueue_http(
                     await connection.close()
         figures["http batch"] = figures["http batch keyed"] = None
         if batch_api:
-            async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+            client = await http_load.Connection.open(base)
+            try:
                 await side.post_batch(client, batch)  # untimed: its statements get prepared
                 figures["http batch"] = await common.timed_calls(
                     lambda _: side.post_batch(client, batch, keyed=False), callers=1, calls=batches
@@ -69,6 +69,8 @@ async def enqueue_http(
                 figures["http batch keyed"] = await common.timed_calls(
                     lambda _: side.post_batch(client, batch), callers=1, calls=batches
                 )
+            finally:
+                await client.close()
     return figures
 
 

@@ -13,6 +13,7 @@ import asyncpg
 import httpx
 import orjson
 
+from bench import http_load
 from bench import queue_common as common
 from bench.server_process import server_process
 from jobstream import creates, db, migrations
@@ -68,17 +69,16 @@ async def probe_batch(admin_url: str) -> bool:
     return True
 
 
-async def post_batch(client: httpx.AsyncClient, size: int, *, keyed: bool = True) -> int:
-    """POST /api/jobs/batch of `size` jobs, each with its own idempotency key when `keyed`."""
+async def post_batch(connection: http_load.Connection, size: int, *, keyed: bool = True) -> int:
+    """POST /api/jobs/batch of `size` jobs, each with its own idempotency key when `keyed`.
+
+    On the lean client (bench/http_load.py), as the single creates are: httpx took 8 ms of the
+    shared cores a batch, receiving its 400 KB of answers, where PgQueuer's side has no HTTP."""
     jobs_ = [{**BODY, "idempotency_key": key} for key in keys(size)] if keyed else [BODY] * size
-    # orjson, not httpx's json= (the standard library's json): the figure is the server's, and
-    # encoding 1,000 jobs and decoding their 400 KB of answers took the client 8 ms a batch.
-    response = await client.post(
-        BATCH_PATH, content=orjson.dumps({"jobs": jobs_}), headers=JSON_HEADERS
-    )
-    if response.status_code != 200:
-        raise RuntimeError(f"{BATCH_PATH}: {response.status_code} {response.text[:300]}")
-    results = orjson.loads(response.content)["results"]
+    status, body = await connection.post_json(BATCH_PATH, {"jobs": jobs_})
+    if status != 200:
+        raise RuntimeError(f"{BATCH_PATH}: {status} {body[:300]!r}")
+    results = orjson.loads(body)["results"]
     # An item can be refused on its own while the batch answers 200.
     if refused := [r for r in results if "id" not in r]:
         raise RuntimeError(f"{BATCH_PATH}: {len(refused)} items refused, e.g. {refused[0]}")
@@ -103,9 +103,13 @@ async def create_many(pool: asyncpg.Pool, count: int, *, keyed: bool = True) -> 
 async def fill(url: str, count: int, *, batch_api: bool) -> None:
     """Untimed set-up: `count` queued jobs through the API's own create path."""
     if batch_api:
-        async with server(url) as base, httpx.AsyncClient(base_url=base, timeout=120) as client:
-            for start in range(0, count, 1000):
-                await post_batch(client, min(1000, count - start))
+        async with server(url) as base:
+            connection = await http_load.Connection.open(base)
+            try:
+                for start in range(0, count, 1000):
+                    await post_batch(connection, min(1000, count - start))
+            finally:
+                await connection.close()
         return
     pool = await common.create_pool(url, 16)
     try:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
-import httpx
 
+from bench import http_load
 from bench import jobstream_side as side
 from bench import queue_common as common
 from bench.queue_common import Drained, Snapshot, Steady
@@ -126,7 +126,7 @@ async def steady(
 
         if batch_api:
             async with side.server(url) as base:
-                clients = [httpx.AsyncClient(base_url=base, timeout=60) for _ in range(producers)]
+                clients = [await http_load.Connection.open(base) for _ in range(producers)]
                 try:
                     start, end = await common.produce_during(
                         lambda n: side.post_batch(clients[n], batch, keyed=False),
@@ -135,7 +135,7 @@ async def steady(
                     )  # fmt: skip
                 finally:
                     for client in clients:
-                        await client.aclose()
+                        await client.close()
         else:
 
             async def create_batch(_producer: int) -> int:

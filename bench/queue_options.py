@@ -67,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
                         " (quick: 300)")  # fmt: skip
     parser.add_argument("--enqueue-callers", type=int, default=32)
     parser.add_argument("--batch-requests", type=int, help="calls of --batch-size jobs;"
-                        " default 10 (quick: 2)")  # fmt: skip
+                        " default 40 (quick: 4)")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--claim-backlogs", help="default 1000,100000 (quick: 1000,10000)")
     parser.add_argument("--claims", type=int, help="timed claims each; default 200 (quick: 50)")
@@ -101,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         consumers=args.steady_consumers,
         enqueue_requests=int(pick(args.enqueue_requests, 1000, 300)),
         enqueue_callers=args.enqueue_callers,
-        batch_requests=int(pick(args.batch_requests, 10, 2)),
+        batch_requests=int(pick(args.batch_requests, 40, 4)),
         batch_size=args.batch_size,
         claim_backlogs=tuple(int(b) for b in backlogs.split(",")),
         claims=int(pick(args.claims, 200, 50)),
