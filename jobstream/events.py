@@ -12,7 +12,6 @@ import asyncpg
 import orjson
 import structlog
 
-from jobstream import sse
 from jobstream.db import DISCONNECTS, Conn, Queryable
 from jobstream.errors import Fenced
 from jobstream.sql import queries
@@ -51,8 +50,14 @@ class Event:
         """The event as one SSE frame, `id` its seq, `data` its JSON (API.md); built once."""
         frame = self._frame
         if frame is None:
-            data = orjson.dumps(self.to_json()).decode()
-            frame = sse.frame(self.type, data, id=str(self.seq))
+            # The bytes sse.frame would build, at half its cost (a follower per stream of a
+            # thousand, each sent a frame per token write): orjson writes `at` as isoformat
+            # does, and escapes every CR and LF, so the JSON is one data line as it stands.
+            data = orjson.dumps(
+                {**self.data, "seq": self.seq, "type": self.type, "attempt": self.attempt,
+                 "at": self.at}
+            )  # fmt: skip
+            frame = b"id: %d\nevent: %s\ndata: %s\n\n" % (self.seq, self.type.encode(), data)
             object.__setattr__(self, "_frame", frame)  # frozen: a cache, not a field change
         return frame
 

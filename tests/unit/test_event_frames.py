@@ -25,3 +25,17 @@ def test_the_cache_changes_neither_equality_nor_repr() -> None:
     built, fresh = Event(1, "done", 1, {}, at), Event(1, "done", 1, {}, at)
     built.sse_frame()
     assert built == fresh and repr(built) == repr(fresh)
+
+
+def test_the_frame_is_what_the_generic_framer_makes_of_the_json() -> None:
+    """The fast path writes the same bytes as sse.frame: line breaks in the text stay escaped
+    inside one data line, and `at` reads as isoformat writes it."""
+    at = datetime(2026, 1, 1, 12, 30, 5, 123456, tzinfo=UTC)
+    for text in ("plain", "a\r\nb\rc\nd", "line\u2028sep", 'quote " and \\ back', ""):
+        event = Event(42, "token", 3, {"text": text}, at)
+        data = orjson.dumps(event.to_json()).decode()
+        assert event.sse_frame() == sse.frame("token", data, id="42")
+        [message] = sse.Parser().feed(event.sse_frame().decode())
+        assert isinstance(message, sse.Message) and orjson.loads(message.data)["text"] == text
+    on_the_second = Event(1, "done", 1, {"result": {"text": "x"}}, at.replace(microsecond=0))
+    assert b'"at":"2026-01-01T12:30:05+00:00"' in on_the_second.sse_frame()
