@@ -30,7 +30,10 @@ class Pacer:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_tick = 0
 
-    async def sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float) -> asyncio.Future[None]:
+        """Awaitable: wakes at the tick nearest `seconds` from now. A future, not a coroutine,
+        so that a sleeping stream resumes through one frame less (a thousand streams sleep
+        50,000 times a second)."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             # A provider outlives an event loop in tests: what waited on the last one is gone.
@@ -44,7 +47,7 @@ class Pacer:
                 self._arm(loop, tick)
         woken: asyncio.Future[None] = loop.create_future()
         waiters.append(woken)
-        await woken  # a cancelled sleeper's future is cancelled: the tick passes it by
+        return woken  # a cancelled sleeper's future is cancelled: the tick passes it by
 
     def _arm(self, loop: asyncio.AbstractEventLoop, tick: int) -> None:
         if self._timer is not None:

@@ -248,8 +248,10 @@ class SimulatedProvider:
             if index > 0:
                 due += interval
                 wait = due - clock()
-                if wait > 0 or interval == 0 or index % CATCH_UP_TOKENS == 0:
-                    await self._pause(max(wait, 0.0))
+                if wait > 0:
+                    await self._sleep(wait)  # not through _pause: a frame less per token
+                elif interval == 0 or index % CATCH_UP_TOKENS == 0:
+                    await asyncio.sleep(0)
             yield TextDelta(token_text(request.prompt, sim.pattern, index))
         yield Usage(
             input_tokens=len(request.prompt.split()),
