@@ -21,6 +21,7 @@ from typing import Generic, TypeVar
 import structlog
 
 from jobstream import db
+from jobstream.event_loop import running_loop
 
 log = structlog.get_logger(__name__)
 
@@ -64,7 +65,7 @@ class GroupWriter(Generic[Item, Answer]):
 
     def submit_nowait(self, item: Item) -> asyncio.Future[Answer]:
         """Write `item` with the others of its turn: the future of its answer (or error)."""
-        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[Answer] = running_loop().create_future()
         self._items.append(item)
         self._waiting.append(answer)
         self._arrived.set()

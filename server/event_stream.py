@@ -20,6 +20,7 @@ import structlog
 from starlette.types import Receive, Scope, Send
 
 from jobstream import db, sse
+from jobstream.event_loop import running_loop
 from server.flag import Flag, Stop
 
 log = structlog.get_logger(__name__)
@@ -150,7 +151,7 @@ class EventStream:
         self._ended = True
         waiting = self._scope
         if waiting is not None and not waiting.expired():
-            waiting.reschedule(asyncio.get_running_loop().time())
+            waiting.reschedule(running_loop().time())
 
     def _stalled(self, now: float) -> bool:
         since, limit = self._sending_since, self._send_timeout_s

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from jobstream.event_loop import running_loop
+
 
 class Flag:
     """Set once, never cleared; awaitable, or told to call back when set."""
@@ -48,7 +50,7 @@ class Flag:
     async def wait(self) -> bool:
         if self._set:
             return True
-        waiter = asyncio.get_running_loop().create_future()
+        waiter = running_loop().create_future()
 
         def wake() -> None:
             if not waiter.done():

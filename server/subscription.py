@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+from jobstream.event_loop import running_loop
 from jobstream.events import Event
 from server.flag import Flag, Stop
 
@@ -69,7 +70,7 @@ class Subscription:
         while not self._events:
             if self.reason is not None:
                 raise SubscriptionClosed(self.reason)
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = running_loop().create_future()
             try:
                 await self._waiter
             finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from jobstream.event_loop import running_loop
 from worker.failure import Failure
 
 
@@ -74,7 +75,7 @@ class Inbox:
         """Every waiting message, oldest first; if none, the first to arrive and any sent with
         it. An empty list: `deadline` (loop time) passed first, or wake() was called."""
         if not self._messages:
-            loop = asyncio.get_running_loop()
+            loop = running_loop()
             waiter = self._waiter = loop.create_future()
             timer = None if deadline is None else loop.call_at(deadline, _wake, waiter)
             try:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import structlog
 
 from jobstream import db
+from jobstream.event_loop import running_loop
 from jobstream.token_appends import Appended, TokenAppend
 from worker.coalescer import Coalescer
 from worker.failure import Failure
@@ -98,7 +99,7 @@ class TokenPull:
     async def idle(self) -> None:
         """Until no write of this attempt's text is in flight."""
         if self._taken is not None:
-            self._landed = asyncio.get_running_loop().create_future()
+            self._landed = running_loop().create_future()
             await asyncio.shield(self._landed)
 
     def _settle(self, append: TokenAppend, answer: asyncio.Future[Appended]) -> None:
@@ -128,5 +129,5 @@ class TokenPull:
 
     def _put_back(self, append: TokenAppend) -> None:
         """The text waits again, first in line; the runner writes it (the log is in doubt)."""
-        self._coalescer.put_back(list(append.chunks), asyncio.get_running_loop().time())
+        self._coalescer.put_back(list(append.chunks), running_loop().time())
         self._inbox.wake()

@@ -27,6 +27,7 @@ from typing import Protocol
 import asyncpg
 
 from jobstream import token_appends
+from jobstream.event_loop import running_loop
 from jobstream.group_write import GroupWriter
 from jobstream.token_appends import Appended, TokenAppend
 
@@ -76,7 +77,7 @@ class TokenWrites:
 
     def due(self, at: float) -> None:
         """An attached source has text due at `at` (loop time): write it by then."""
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
         if at <= loop.time():
             self._writer.wake()
         elif self._timer is None or at < self._timer_at:
@@ -103,7 +104,7 @@ class TokenWrites:
 
     def _collect(self) -> None:
         """Put every attached source's due text in this write; the timer for the next due."""
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
         now = loop.time()
         earliest: float | None = None
         for source in list(self._sources):

@@ -16,6 +16,8 @@ import asyncio
 import heapq
 import math
 
+from jobstream.event_loop import running_loop
+
 TICK_S = 0.001  # uvloop's own timers are whole milliseconds
 
 
@@ -34,7 +36,7 @@ class Pacer:
         """Awaitable: wakes at the tick nearest `seconds` from now. A future, not a coroutine,
         so that a sleeping stream resumes through one frame less (a thousand streams sleep
         50,000 times a second)."""
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
         if loop is not self._loop:
             # A provider outlives an event loop in tests: what waited on the last one is gone.
             self._loop, self._waiting, self._ticks, self._timer = loop, {}, [], None
