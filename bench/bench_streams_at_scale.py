@@ -28,6 +28,7 @@ import time
 import uuid
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -44,7 +45,8 @@ RATE = 50.0  # tokens/s of each stream in (2)
 TOKENS = 300  # of each stream in (2): six seconds
 CEILING_S = 5.0
 CEILING_BATCH = 1000
-TOKEN_TEXT = "1234 "  # a token of the count pattern, as the worker's rows hold them
+TOKEN_TEXT = "1234 "
+TICKS = os.sysconf("SC_CLK_TCK")  # a token of the count pattern, as the worker's rows hold them
 
 
 def main() -> None:
@@ -136,7 +138,8 @@ async def many_streams(url: str, count: int, commit_ceiling: float, workers: int
             job_ids.append(str((await creates.create(pool, "default", spec, None)).job.id))
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             await _until_up(client)
-        followers = [_Follower(port, job_id) for job_id in job_ids]
+        first = asyncio.Event()  # a follower has read its first token
+        followers = [_Follower(port, job_id, first) for job_id in job_ids]
         gate = asyncio.Semaphore(100)
         await asyncio.gather(*(f.open(gate) for f in followers))
         reading = [asyncio.create_task(f.read()) for f in followers]
@@ -154,7 +157,15 @@ async def many_streams(url: str, count: int, commit_ceiling: float, workers: int
                 for path in sent_paths
             ]
             started = time.monotonic()
-            await asyncio.wait_for(asyncio.gather(*reading), 120 + TOKENS / RATE * 4)
+            done = asyncio.gather(*reading)
+            # CPU from the first token on: the worker's start (its imports) is not the streams'.
+            firsts = asyncio.ensure_future(first.wait())
+            either: list[asyncio.Future[Any]] = [firsts, done]
+            await asyncio.wait(either, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+            firsts.cancel()
+            cpu = _Cpu([w.pid for w in running], server.pid)
+            await asyncio.wait_for(done, 120 + TOKENS / RATE * 4)
+            spent = cpu.spent()
             seconds = time.monotonic() - started
             lsn_after = await pool.fetchval("SELECT pg_current_wal_insert_lsn()")
             commits_after = await _xact_commits(pool)
@@ -210,12 +221,60 @@ async def many_streams(url: str, count: int, commit_ceiling: float, workers: int
         f"        delta -> its write's start p50 {to_write[49] * 1000:.1f} ms, p99"
         f" {to_write[98] * 1000:.1f} ms; write's start -> SSE p50 {from_write[49] * 1000:.1f} ms,"
         f" p99 {from_write[98] * 1000:.1f} ms\n"
+        f"      CPU a delta: {spent.per(len(delays))}\n"
         f"      WAL commit records {wal_commits / seconds / workers:,.0f}/s a worker process"
         f" (target < 100/s; xact_commit, read-only included,"
         f" {(commits_after - commits_before) / seconds:,.0f}/s); one connection committing"
         f" in a loop with a NOTIFY each: {commit_ceiling:,.0f} commits/s\n"
         f"      loadavg {_loadavg()}"
     )
+
+
+class _Cpu:
+    """CPU time of the processes of a run from now on: worker(s), server, PostgreSQL (every
+    postgres process: the benchmark's cluster is the machine's only one), and the followers
+    (this process)."""
+
+    def __init__(self, workers: list[int], server: int) -> None:
+        self._pids = {"worker": workers, "server": [server]}
+        self._before = self._now()
+
+    def spent(self) -> _Spent:
+        after = self._now()
+        return _Spent({name: after[name] - self._before[name] for name in after})
+
+    def _now(self) -> dict[str, float]:
+        postgres = [int(p) for p in os.listdir("/proc") if p.isdigit() and _comm(p) == "postgres"]
+        return {
+            **{name: sum(map(_cpu_s, pids)) for name, pids in self._pids.items()},
+            "PostgreSQL": sum(map(_cpu_s, postgres)),
+            "followers": time.process_time(),
+        }
+
+
+class _Spent:
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds = seconds
+
+    def per(self, deltas: int) -> str:
+        parts = [f"{name} {s / deltas * 1e6:.1f} µs" for name, s in self.seconds.items()]
+        return ", ".join(parts) + f" (all {sum(self.seconds.values()) / deltas * 1e6:.1f} µs)"
+
+
+def _comm(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # gone meanwhile
+        return ""
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process so far; 0 for one that has gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def _processes(n: int, what: str) -> str:
@@ -240,9 +299,10 @@ class _Follower(asyncio.Protocol):
     a second as they came took 37 % of a core, reading them through asyncio streams still 21 %;
     a protocol that only notes what arrives, less (httpx would cost more than the server)."""
 
-    def __init__(self, port: int, job_id: str) -> None:
+    def __init__(self, port: int, job_id: str, first: asyncio.Event) -> None:
         self._port = port
         self._job_id = job_id
+        self._first = first
         self._head: asyncio.Future[bytes] | None = None
         self._ended: asyncio.Future[None] | None = None
         self._rest = b""  # bytes read before the head was complete
@@ -281,6 +341,8 @@ class _Follower(asyncio.Protocol):
             if not data:
                 return
         self._chunks.append((data, time.monotonic(), time.time()))
+        if not self._first.is_set() and b"event: token" in data:
+            self._first.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._head is not None and not self._head.done():
