@@ -252,13 +252,17 @@ class SimulatedProvider:
                     await self._sleep(wait)  # not through _pause: a frame less per token
                 elif interval == 0 or index % CATCH_UP_TOKENS == 0:
                     await asyncio.sleep(0)
-            yield TextDelta(token_text(request.prompt, sim.pattern, index))
+            yield self._delta(request, sim.pattern, index)
         yield Usage(
             input_tokens=len(request.prompt.split()),
             output_tokens=sim.tokens,
             cost_usd=self._price_per_token * sim.tokens,
             cost_known=True,
         )
+
+    def _delta(self, request: ProviderRequest, pattern: Pattern, index: int) -> TextDelta:
+        """The index-th token as it leaves the provider (a benchmark notes the time here)."""
+        return TextDelta(token_text(request.prompt, pattern, index))
 
     async def _pause(self, seconds: float) -> None:
         # At 0 tokens/s still yield to the loop, so that a cancel can land between tokens.
