@@ -38,7 +38,7 @@ import uvloop
 from bench.bench_sse_streams import _loadavg, _raise_open_files
 from bench.bench_stream import _database, _free_port, _spawn, _stop, _until_up, throughput
 from bench.postgres import durable_postgres
-from jobstream import creates, db, logs, sse
+from jobstream import creates, db, heap, logs, sse
 from jobstream.jobspec import JobSpec
 
 RATE = 50.0  # tokens/s of each stream in (2)
@@ -54,6 +54,10 @@ def main() -> None:
     counts = [int(n) for n in os.environ.get("BENCH_SCALE_STREAMS", "50,200,1000").split(",")]
     workers = int(os.environ.get("BENCH_SCALE_WORKERS", "1"))
     _raise_open_files(max(counts) * 2 + 1000)
+    # The followers' heap as the server's and worker's (jobstream/heap.py): a full collection
+    # of this process would hold back the arrivals it notes, a delay of the benchmark's own.
+    heap.freeze_startup_objects()
+    heap.defer_young_collections(heap.YOUNG_THRESHOLD)
     with durable_postgres("jobstream-bench-") as admin_url:
         # uvloop, as the worker and server run: the followers' own cost is the machine's too.
         uvloop.run(_run(admin_url, counts, workers))

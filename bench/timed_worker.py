@@ -15,7 +15,7 @@ from pathlib import Path
 
 import uvloop
 
-from jobstream import logs
+from jobstream import heap, logs
 from jobstream.settings import Settings
 from worker.providers.base import Provider, ProviderRequest, TextDelta
 from worker.providers.simulated import Pattern, SimulatedProvider
@@ -48,6 +48,10 @@ def main() -> None:
     settings = Settings.from_env()
     logs.configure(settings.log_level, json=settings.log_json)
     sent: list[tuple[str, str, float]] = []
+    # The heap as `python -m worker` sets it (jobstream/heap.py): without it, the collector
+    # took 0.7 s of a 1,000-stream run, full collections up to 57 ms at a time.
+    heap.freeze_startup_objects()
+    heap.defer_young_collections(heap.YOUNG_THRESHOLD)
     # uvloop, as `python -m worker` runs: the figures are the shipped worker's.
     uvloop.run(_run(settings, sent))
     lines = (f"{prompt}\t{text}\t{at}\n" for prompt, text, at in sent)
