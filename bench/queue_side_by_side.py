@@ -36,9 +36,11 @@ completion, and for jobstream its event log and attempt records.
     as they can or paced to --steady-rate. Over a window of --steady-s: jobs enqueued (offered)
     and finished (done) per second, and the jobs not finished at its start and end (growing:
     the consumer cannot keep up). Unpaced, producers and consumer share the machine's cores.
-(c) enqueue rate: jobstream through a `python -m server` process: POST /api/jobs from 1 and from
-    32 httpx clients (an Idempotency-Key each; 1,000 requests in all for each by default, to keep
-    the whole run well under 20 minutes: --enqueue-requests), POST /api/jobs/batch of 1,000 jobs;
+(c) enqueue rate: jobstream through a `python -m server` process, on keep-alive connections of
+    bench/http_load.py (httpx spent more of the shared cores than the server it measured): POST
+    /api/jobs from 1 and from 32 of them (an Idempotency-Key each; 1,000 requests in all for each
+    by default, to keep the whole run well under 20 minutes: --enqueue-requests), POST
+    /api/jobs/batch of 1,000 jobs from one (40 batches a repeat: --batch-requests);
     and creates.create called in this process (with a key), which is what PgQueuer's Queries.enqueue
     (1 and 32 callers, and 1,000 jobs a call; no dedupe key) compares with directly.
 (d) claim latency: one round trip of the worker's claim with 1,000 and 100,000 jobs queued
