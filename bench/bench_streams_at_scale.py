@@ -37,6 +37,7 @@ import uvloop
 
 from bench.bench_sse_streams import _loadavg, _raise_open_files
 from bench.bench_stream import _database, _free_port, _spawn, _stop, _until_up, throughput
+from bench.create_cost import cpu_total
 from bench.postgres import durable_postgres
 from jobstream import creates, db, heap, logs, sse
 from jobstream.jobspec import JobSpec
@@ -46,7 +47,6 @@ TOKENS = 300  # of each stream in (2): six seconds
 CEILING_S = 5.0
 CEILING_BATCH = 1000
 TOKEN_TEXT = "1234 "  # a token of the count pattern, as the worker's rows hold them
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -250,8 +250,8 @@ class _Cpu:
     def _now(self) -> dict[str, float]:
         postgres = [int(p) for p in os.listdir("/proc") if p.isdigit() and _comm(p) == "postgres"]
         return {
-            **{name: sum(map(_cpu_s, pids)) for name, pids in self._pids.items()},
-            "PostgreSQL": sum(map(_cpu_s, postgres)),
+            **{name: cpu_total(pids) for name, pids in self._pids.items()},
+            "PostgreSQL": cpu_total(postgres),
             "followers": time.process_time(),
         }
 
@@ -270,15 +270,6 @@ def _comm(pid: str) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:  # gone meanwhile
         return ""
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of one process so far; 0 for one that has gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def _processes(n: int, what: str) -> str:

@@ -47,7 +47,8 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def _cpu_total(pids: list[int]) -> float:
+def cpu_total(pids: list[int]) -> float:
+    """cpu_s summed over processes; one that has gone counts nothing."""
     total = 0.0
     for pid in pids:
         with contextlib.suppress(FileNotFoundError):  # a backend that has gone
@@ -80,12 +81,12 @@ async def _phase(
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
         await asyncio.sleep(1)  # py-spy attaches
-    server_before, db_before = cpu_s(server_pid), _cpu_total(pids)
+    server_before, db_before = cpu_s(server_pid), cpu_total(pids)
     loop = asyncio.get_running_loop()
     started = loop.time()
     jobs = await work()
     wall = loop.time() - started
-    server_s, db_s = cpu_s(server_pid) - server_before, _cpu_total(pids) - db_before
+    server_s, db_s = cpu_s(server_pid) - server_before, cpu_total(pids) - db_before
     if spy is not None:
         spy.send_signal(2)
         await spy.wait()
