@@ -128,10 +128,15 @@ async def create_batch(
     makes a chunk (a server validating a request's items) works while PostgreSQL writes. One
     statement for a whole batch of 1,000 left each idle in turn: the server's 32 ms of checks,
     then the database's 45 ms of writing. The transaction keeps the batch whole: a batch that
-    fails midway has made none of its jobs. A try that PostgreSQL aborts to break a deadlock
-    (two batches taking the same keys in opposite orders) is made again, whole, up to
-    BATCH_TRIES: `on_created` may then have heard of jobs of the aborted try, and the outcomes
-    returned are the ones that count.
+    fails midway has made none of its jobs.
+
+    Keyed items wait for one last statement, which takes their keys in key order, and the
+    reservations are booked after it: streamed a chunk at a time, two batches with the same keys
+    in opposite orders each held keys the other waited for (INSERT_JOBS says more), and CI saw
+    three tries in a row end that way. A try PostgreSQL still aborts for a deadlock (a tenant's
+    limits set in the middle of a batch sends its later items to the locked path) is made again,
+    whole, up to BATCH_TRIES: `on_created` may then have heard of jobs of the aborted try, and
+    the outcomes returned are the ones that count.
     """
     read: list[Sequence[NewJob]] = []
     unread = iter(chunks)
@@ -150,8 +155,8 @@ async def create_batch(
                 pool, tenant_id, again(), clock, announce, atomic=True, on_created=on_created
             )
         except asyncpg.DeadlockDetectedError:
-            # Two batches took the same keys in opposite orders, and PostgreSQL aborted this
-            # one's transaction: it made nothing, so it is written again, whole.
+            # PostgreSQL aborted this one's transaction: it made nothing, so it is written
+            # again, whole.
             if tries == BATCH_TRIES:
                 raise
             log.warning(
@@ -176,11 +181,13 @@ async def _create(
         pool.acquire() as conn,
         conn.transaction() if atomic else contextlib.nullcontext(),
     ):
-        await _insert_chunks(conn, made, chunks, now)
+        await _insert_chunks(conn, made, chunks, now, last_keys=atomic)
         if made.held:
             # A tenant with limits: its items go the locked path, in a transaction.
             async with contextlib.nullcontext() if atomic else conn.transaction():
                 await _create_held(conn, made, now)
+        if made.unbooked:
+            await conn.execute(queries.BOOK_RESERVED, tenant_id, made.unbooked)
         # A fresh statement: its snapshot sees the rows that made the keys taken.
         taken = [made.items[i].idempotency_key for i, o in enumerate(made.outcomes) if o is None]
         existing = (
@@ -214,24 +221,29 @@ class _Made:
         self.outcomes: list[Created | Refusal | None] = []
         self.held: list[int] = []
         self.providers: set[str] = set()
+        # What the jobs made so far reserve and INSERT_JOBS did not book (a batch's statements).
+        self.unbooked = _NOTHING
 
-    def add(self, chunk: Sequence[NewJob]) -> tuple[range, list[str]]:
-        """Take in a chunk: its items' places, and their new ids."""
+    def add(self, chunk: Sequence[NewJob]) -> range:
+        """Take in a chunk, each item with a new id: its items' places."""
         start = len(self.items)
-        ids = new_ids(len(chunk))
         self.items.extend(chunk)
-        self.ids.extend(ids)
+        self.ids.extend(new_ids(len(chunk)))
         self.outcomes.extend([None] * len(chunk))
-        return range(start, start + len(chunk)), ids
+        return range(start, start + len(chunk))
 
-    def inserted(self, places: Sequence[int], rows: Iterable[asyncpg.Record]) -> None:
+    def inserted(
+        self, places: Sequence[int], rows: Iterable[asyncpg.Record], *, booked: bool = True
+    ) -> None:
         """The rows INSERT_JOBS made for the items at `places` (an item with no row: its key
-        was taken)."""
+        was taken); `booked` False: their reservations are still to book."""
         by_id = {str(r["id"]): r for r in rows if r["id"] is not None}
         for i in places:
             row = by_id.get(self.ids[i])
             if row is not None:
                 item = self.items[i]
+                if not booked:
+                    self.unbooked += item.reserved_usd
                 created = Created(
                     JobRow.inserted(
                         row, self.tenant_id, item.idempotency_key, item.request_hash,
@@ -246,25 +258,34 @@ class _Made:
 
 
 async def _insert_chunks(
-    conn: Conn, made: _Made, chunks: Iterable[Sequence[NewJob]], now: datetime | None
+    conn: Conn,
+    made: _Made,
+    chunks: Iterable[Sequence[NewJob]],
+    now: datetime | None,
+    *,
+    last_keys: bool,
 ) -> None:
-    """INSERT_JOBS for each chunk, each sent before the next chunk is taken from `chunks`."""
+    """INSERT_JOBS for each chunk, each sent before the next chunk is taken from `chunks`.
+    `last_keys` (a transaction of several statements): the keyed items go in a statement of
+    their own after all the others, and no statement books its reservations (made.unbooked)."""
     writing: asyncio.Task[list[asyncpg.Record]] | None = None
-    places = range(0)  # the items of the statement in flight
+    places: Sequence[int] = ()  # the items of the statement in flight
     try:
-        for chunk in chunks:  # made while the statement of the chunk before runs
+        for now_places in _statements(made, chunks, last_keys):
             rows = await writing if writing is not None else None
-            written = places
-            places, ids = made.add(chunk)
-            args = insert_args(ids, made.tenant_id, chunk, now)
+            written, places = places, now_places
+            args = insert_args(
+                [made.ids[i] for i in places], made.tenant_id, [made.items[i] for i in places],
+                now, book=not last_keys,
+            )  # fmt: skip
             writing = asyncio.ensure_future(conn.fetch(queries.INSERT_JOBS, *args))
             # The task's first step sends a prepared statement; then the rows of the statement
             # before are read, and the next chunk made, while this one runs.
             await asyncio.sleep(0)
             if rows is not None:
-                _written(made, written, rows)
+                _written(made, written, rows, booked=not last_keys)
         if writing is not None:
-            _written(made, places, await writing)
+            _written(made, places, await writing, booked=not last_keys)
     finally:
         if writing is not None:
             if not writing.done():
@@ -274,18 +295,39 @@ async def _insert_chunks(
                 writing.exception()  # retrieved: the error that ended the loop is the one raised
 
 
-def _written(made: _Made, places: range, rows: Sequence[asyncpg.Record]) -> None:
+def _statements(
+    made: _Made, chunks: Iterable[Sequence[NewJob]], last_keys: bool
+) -> Iterator[Sequence[int]]:
+    """The places of each statement's items, each chunk taken from `chunks` only when asked
+    for; with `last_keys`, the keyed items of every chunk come last, in one statement."""
+    keyed: list[int] = []
+    for chunk in chunks:
+        places: Sequence[int] = made.add(chunk)
+        if last_keys:
+            items = made.items
+            keyed.extend(i for i in places if items[i].idempotency_key is not None)
+            places = [i for i in places if items[i].idempotency_key is None]
+        if places:
+            yield places
+    if keyed:
+        yield keyed
+
+
+def _written(
+    made: _Made, places: Sequence[int], rows: Sequence[asyncpg.Record], *, booked: bool
+) -> None:
     if not rows:
         raise JobstreamError(f"tenant {made.tenant_id!r} does not exist")
     if rows[0]["go"]:
-        made.inserted(places, rows)
+        made.inserted(places, rows, booked=booked)
     else:
         made.held.extend(places)
 
 
 async def _create_held(conn: Conn, made: _Made, now: datetime | None) -> None:
-    """The locked path for the items INSERT_JOBS left to it (a tenant with limits)."""
-    held = made.held
+    """The locked path for the items INSERT_JOBS left to it (a tenant with limits), checked in
+    request order: a batch's keyed items came to it last."""
+    held = sorted(made.held)
     rows, refused = await _create_checked(
         conn, made.tenant_id, [made.ids[i] for i in held], [made.items[i] for i in held], now
     )
@@ -301,12 +343,14 @@ def insert_args(
     now: datetime | None,
     *,
     locked: bool = False,
+    book: bool = True,
 ) -> list[Any]:
-    """INSERT_JOBS' parameters: the jobs as one JSON array, the tenant, now, and whether the
-    statement must leave a tenant with limits to the locked path (not when it is that path)."""
+    """INSERT_JOBS' parameters: the jobs as one JSON array, the tenant, now, whether the
+    statement must leave a tenant with limits to the locked path (not when it is that path), and
+    whether it books the jobs' reservations."""
     pairs = enumerate(zip(ids, items, strict=True))
     rows = [_insert_row(i, job_id, item) for i, (job_id, item) in pairs]
-    return [rows, tenant_id, now, not locked]
+    return [rows, tenant_id, now, not locked, book]
 
 
 def _insert_row(ordinal: int, job_id: str, item: NewJob) -> dict[str, Any]:

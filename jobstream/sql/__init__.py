@@ -44,6 +44,7 @@ class Queries:
     RECORD_SCHEMA_VERSION: str
     # creating.sql
     INSERT_JOBS: str
+    BOOK_RESERVED: str
     NOTIFY_RUNNABLE: str
     SELECT_JOBS_BY_KEYS: str
     TENANT_FOR_CREATE: str

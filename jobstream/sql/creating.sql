@@ -19,6 +19,14 @@
 --   twenty simultaneous duplicates make one job; the losers are then read with
 --   SELECT_JOBS_BY_KEYS. Two items of one batch with the same key make one job too: the first,
 --   in request order.
+-- - The keys are taken in key order, whatever the request's: two statements with the same keys
+--   in opposite orders each held a key the other waited for, a deadlock PostgreSQL ended by
+--   aborting one of them. In key order, whoever waits holds only keys below the one it waits
+--   for, which its holder has already passed. (A batch sends all its keyed items in its last
+--   statement, jobstream/creates.py, so that this holds for its whole transaction.)
+-- - $5 false: the reservations are not booked here; a batch books them in one statement after
+--   its last key (BOOK_RESERVED), as a ledger row locked before a key wait closes a cycle with a
+--   writer that holds that key and books next on the same shard.
 -- - run_after is when the job may start: `run_at`, else now plus `delay_s` (0 by default).
 -- - `retain_s` NULL: the deployment's JOBSTREAM_RETENTION_S.
 WITH tenant AS (
@@ -37,7 +45,7 @@ WITH tenant AS (
     INSERT INTO tenant_jobs (tenant_id, created_at, job_id, idempotency_key)
     SELECT $2, coalesce($3::timestamptz, statement_timestamp()), n.id, n.key
       FROM item n
-     ORDER BY n.ord
+     ORDER BY n.key COLLATE "C", n.ord
     ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING job_id
 ), inserted AS (
@@ -59,7 +67,7 @@ WITH tenant AS (
     INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
     SELECT $2, pg_backend_pid() % 16, sum(reserved_usd)
       FROM inserted
-     WHERE reserved_usd > 0
+     WHERE reserved_usd > 0 AND $5::boolean
     HAVING count(*) > 0
     ON CONFLICT (tenant_id, shard) DO UPDATE
        SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
@@ -76,6 +84,13 @@ WITH tenant AS (
 SELECT t.go, i.id, i.created_at, i.run_after
   FROM tenant t
   LEFT JOIN inserted i ON true
+
+-- name: BOOK_RESERVED
+-- A batch's reservations ($2, the sum of what its INSERT_JOBS statements left unbooked, $5
+-- false), on this backend's shard of the tenant's ledger (ledger.sql), after the batch's keys.
+INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
+VALUES ($1, pg_backend_pid() % 16, $2)
+ON CONFLICT (tenant_id, shard) DO UPDATE SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
 
 -- name: NOTIFY_RUNNABLE
 -- Workers wake for new runnable jobs of these providers. Sent on its own, never by the creating

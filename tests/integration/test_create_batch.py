@@ -4,13 +4,15 @@ statement would have given it."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from decimal import Decimal
 
 import asyncpg
 import pytest
 
 from jobstream import creates
-from jobstream.errors import IdempotencyConflict, RateLimited
+from jobstream.errors import BudgetExceeded, IdempotencyConflict, RateLimited
 from jobstream.jobspec import JobSpec
 
 
@@ -86,3 +88,86 @@ async def test_a_tenant_with_a_create_rate_counts_every_chunk_of_a_batch(
     assert [isinstance(o, creates.Created) for o in outcomes] == [True] * 12 + [False] * 18
     assert all(isinstance(o, RateLimited) for o in outcomes[12:])
     assert sorted((await prompts(pool)).values()) == sorted(f"r{i}" for i in range(12))
+
+
+async def test_batches_with_the_same_keys_in_opposite_orders_never_deadlock(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Streamed a chunk at a time, each batch's first chunk took keys the other's later chunks
+    # needed: PostgreSQL aborted one of them, and a retry could meet the same fate (CI saw three
+    # in a row). Keys taken last and in key order leave one batch waiting for the other, never
+    # both: with no second try allowed, every round succeeds.
+    monkeypatch.setattr(creates, "BATCH_TRIES", 1)
+    for round_ in range(3):
+        items = [new(f"p{i}", f"r{round_}-{i}") for i in range(30)]
+        forward, backward = await asyncio.gather(
+            creates.create_batch(pool, "default", chunked(items, 10)),
+            creates.create_batch(pool, "default", chunked(items[::-1], 10)),
+        )
+        for a, b in zip(forward, backward[::-1], strict=True):
+            assert isinstance(a, creates.Created) and isinstance(b, creates.Created)
+            assert a.job.id == b.job.id and a.created is not b.created
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 90
+
+
+async def test_a_batch_books_what_its_new_jobs_reserve_once(pool: asyncpg.Pool) -> None:
+    cent = Decimal("0.01")
+    await creates.create_many(pool, "default", [creates.NewJob(new("old").spec, "old", cent)])
+    # Keyed and unkeyed items across chunks, a replay, and a duplicate within the batch.
+    items = [creates.NewJob(new(f"p{i}").spec, f"k{i}" if i % 2 else None, cent) for i in range(25)]
+    items[4] = creates.NewJob(new("old").spec, "old", cent)
+    items[17] = creates.NewJob(items[1].spec, "k1", cent)
+    outcomes = await creates.create_batch(pool, "default", chunked(items, 10))
+    made = sum(isinstance(o, creates.Created) and o.created for o in outcomes)
+    assert made == 23
+    reserved = await pool.fetchval("SELECT reserved_usd FROM tenant_balances")
+    assert reserved == cent * (made + 1)
+
+
+async def test_a_budget_admits_a_mixed_batch_in_request_order(pool: asyncpg.Pool) -> None:
+    # The keyed items are written after the others; the budget still goes to the first items
+    # of the request, keyed or not.
+    await pool.execute("UPDATE tenants SET budget_usd = 0.05 WHERE id = 'default'")
+    cent = Decimal("0.01")
+    items = [creates.NewJob(new(f"b{i}").spec, f"b{i}" if i % 2 else None, cent) for i in range(9)]
+    outcomes = await creates.create_batch(pool, "default", chunked(items, 4))
+    assert [isinstance(o, creates.Created) for o in outcomes] == [True] * 5 + [False] * 4
+    assert all(isinstance(o, BudgetExceeded) for o in outcomes[5:])
+    assert sorted((await prompts(pool)).values()) == [f"b{i}" for i in range(5)]
+
+
+async def test_a_batch_aborted_for_a_deadlock_is_written_again_whole(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A writer outside the key order (this test's transaction: 'x', then 'a') closes a cycle
+    # with the batch, which holds 'a' and waits for 'x'. The batch, waiting longest, is the one
+    # PostgreSQL aborts (the other's deadlock_timeout is longer); its second try makes every
+    # job once.
+    monkeypatch.setattr(creates, "BATCH_TRIES", 2)
+    items = [new(f"p{i}") for i in range(10)] + [new("a", "a"), new("x", "x")]
+    key_row = (
+        "INSERT INTO tenant_jobs (tenant_id, created_at, job_id, idempotency_key)"
+        " VALUES ('default', now(), gen_random_uuid(), $1)"
+    )
+    async with pool.acquire() as other:
+        tx = other.transaction()
+        await tx.start()
+        await other.execute("SET LOCAL deadlock_timeout = '30s'")
+        await other.execute(key_row, "x")
+        writing = asyncio.ensure_future(creates.create_batch(pool, "default", chunked(items, 10)))
+        await _until_waiting_for_a_lock(pool)  # the batch, holding 'a', waits for 'x'
+        await other.execute(key_row, "a")  # waits for the batch, until its abort
+        await tx.rollback()
+        outcomes = await writing
+    assert all(isinstance(o, creates.Created) and o.created for o in outcomes)
+    assert sorted((await prompts(pool)).values()) == sorted(i.spec.prompt for i in items)
+
+
+async def _until_waiting_for_a_lock(pool: asyncpg.Pool) -> None:
+    deadline = asyncio.get_running_loop().time() + 10
+    while await pool.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND datname = current_database()"
+    ) == 0:  # fmt: skip
+        assert asyncio.get_running_loop().time() < deadline, "no statement waits for a lock"
+        await asyncio.sleep(0.01)
