@@ -6,10 +6,11 @@
 On a shared 2-core machine the rates of bench.queue_side_by_side swing with whatever else runs;
 the CPU each job costs swings far less. Each round starts one `python -m server` on a fresh
 database and times POST /api/jobs from 32 keep-alive connections, then POST /api/jobs/batch of
-1,000 jobs from one; each phase reports the server's user + system time per job and that of its
-pool's backends (both from /proc/<pid>/stat, so PostgreSQL must run on this machine), with the
-rate beside them. `--profile DIR` runs py-spy on the server during each phase (raw folded
-stacks); `--statements` prints each round's statements from pg_stat_statements, where loaded.
+1,000 jobs from one, first without keys, then with a key on each item; each phase reports the
+server's user + system time per job and that of its pool's backends (both from
+/proc/<pid>/stat, so PostgreSQL must run on this machine), with the rate beside them.
+`--profile DIR` runs py-spy on the server during each phase (raw folded stacks);
+`--statements` prints each round's statements from pg_stat_statements, where loaded.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ async def _phase(
     pids = await _backends(conn)
     spy = None
     if profile is not None:
-        out = profile / f"{name}-{uuid.uuid4().hex[:6]}.raw"
+        out = profile / f"{name.replace(', ', '-').replace(' ', '-')}-{uuid.uuid4().hex[:6]}.raw"
         spy = await asyncio.create_subprocess_exec(
             str(PY_SPY), "record", "-r", "200", "-f", "raw", "-o", str(out),
             "--pid", str(server_pid),
@@ -117,14 +118,16 @@ async def one_round(
                     await connection.close()
             connection = await http_load.Connection.open(base)
             try:
-                await _post_batch(connection)  # warm up
+                await _post_batch(connection, keyed=True)  # warm up
+                for keyed in (False, True):
 
-                async def batch() -> int:
-                    for _ in range(batches):
-                        await _post_batch(connection)
-                    return BATCH * batches
+                    async def batch(keyed: bool = keyed) -> int:
+                        for _ in range(batches):
+                            await _post_batch(connection, keyed=keyed)
+                        return BATCH * batches
 
-                figures[f"batch {BATCH}"] = await _phase("batch", pid, conn, batch, profile)
+                    name = f"batch {BATCH}{', keyed' if keyed else ''}"
+                    figures[name] = await _phase(name, pid, conn, batch, profile)
             finally:
                 await connection.close()
         if statements:
@@ -144,9 +147,12 @@ async def _prepare(admin_url: str) -> str:
     return url
 
 
-async def _post_batch(connection: http_load.Connection) -> None:
+async def _post_batch(connection: http_load.Connection, *, keyed: bool) -> None:
     items = [
-        {**jobstream_side.BODY, "idempotency_key": f"bench-{uuid.uuid4()}"} for _ in range(BATCH)
+        {**jobstream_side.BODY, "idempotency_key": f"bench-{uuid.uuid4()}"}
+        if keyed
+        else jobstream_side.BODY
+        for _ in range(BATCH)
     ]
     status, answer = await connection.post_json(jobstream_side.BATCH_PATH, {"jobs": items})
     if status != 200 or b'"type"' in answer:  # an item refused has a problem's type

@@ -57,6 +57,8 @@ async def test_a_created_job_is_the_row_the_database_holds(pool: asyncpg.Pool) -
     assert isinstance(full, creates.Created) and isinstance(delayed, creates.Created)
     assert delayed.job.run_after - delayed.job.created_at == timedelta(seconds=30)
     assert full.job.reserved_usd == Decimal("0.12345679")
+    # Only a keyed job's body is digested: nothing compares an unkeyed one's.
+    assert full.job.request_hash == FULL.request_hash() and delayed.job.request_hash == ""
 
 
 async def test_a_job_to_run_at_a_time_answers_that_time(pool: asyncpg.Pool) -> None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
+import pytest
+
 from server.access_log import redact
 from server.stream_tokens import StreamTokens
 
@@ -37,3 +42,11 @@ def test_the_access_log_never_shows_a_token() -> None:
     assert (
         redact(line) == '127.0.0.1 - "GET /api/jobs/x/events?after=3&token=[redacted] HTTP/1.1" 200'
     )
+
+
+@pytest.mark.parametrize("secret", ["k", "x" * 64, "a longer key than a block of sha256 " * 3])
+def test_the_mac_is_hmac_sha256(secret: str) -> None:
+    tokens = StreamTokens(secret, 60)
+    for message in (b"", b"jobstream-events:job:1", b"m" * 200):
+        expected = hmac.new(secret.encode(), message, hashlib.sha256).digest()
+        assert tokens.mac(message) == expected
