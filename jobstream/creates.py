@@ -119,12 +119,15 @@ async def create_batch(
     clock: Clock | None = None,
     announce: Callable[[Iterable[str]], None] | None = None,
     on_created: Callable[[int, Created], None] | None = None,
+    in_key_order: bool = False,
+    rank: Callable[[int], int] | None = None,
 ) -> list[Created | Refusal]:
     """create_many for a batch still being made: the jobs of every chunk, in one transaction,
     one statement a chunk; the answers come in the order of the chunks' items. `on_created` is
     told of each new job (its item's place, its outcome) as soon as its chunk's rows are read,
     while later chunks are written: a server builds its answers meanwhile. A call that then
-    fails has made none of them.
+    fails has made none of them. `rank` gives an item's place in the request where the chunks
+    come in another order: a tenant's budget and create rate go to the earliest items.
 
     Each chunk is taken from `chunks` while the statement of the one before runs, so whatever
     makes a chunk (a server validating a request's items) works while PostgreSQL writes. One
@@ -132,13 +135,15 @@ async def create_batch(
     then the database's 45 ms of writing. The transaction keeps the batch whole: a batch that
     fails midway has made none of its jobs.
 
-    Keyed items wait for one last statement, which takes their keys in key order, and the
-    reservations are booked after it: streamed a chunk at a time, two batches with the same keys
-    in opposite orders each held keys the other waited for (INSERT_JOBS says more), and CI saw
-    three tries in a row end that way. A try PostgreSQL still aborts for a deadlock (a tenant's
-    limits set in the middle of a batch sends its later items to the locked path) is made again,
-    whole, up to BATCH_TRIES: `on_created` may then have heard of jobs of the aborted try, and
-    the outcomes returned are the ones that count.
+    The keys are taken in key order across the whole transaction, and the reservations booked
+    after the last: two batches that took the same keys in opposite orders, a chunk at a time,
+    each held keys the other waited for (INSERT_JOBS says more), and CI saw three tries in a row
+    end that way. `in_key_order`: the caller sends the keyed items in ascending key order across
+    chunks (a ValueError if not), and they are written as they come; otherwise they wait for one
+    last statement, which no longer overlaps the making of the chunks. A try PostgreSQL still
+    aborts for a deadlock (a writer outside the key order) is made again, whole, up to
+    BATCH_TRIES: `on_created` may then have heard of jobs of the aborted try, and the outcomes
+    returned are the ones that count.
     """
     read: list[Sequence[NewJob]] = []
     unread = iter(chunks)
@@ -154,8 +159,9 @@ async def create_batch(
     while True:
         try:
             return await _create(
-                pool, tenant_id, again(), clock, announce, atomic=True, on_created=on_created
-            )
+                pool, tenant_id, again(), clock, announce,
+                atomic=True, on_created=on_created, in_key_order=in_key_order, rank=rank,
+            )  # fmt: skip
         except asyncpg.DeadlockDetectedError:
             # PostgreSQL aborted this one's transaction: it made nothing, so it is written
             # again, whole.
@@ -176,14 +182,18 @@ async def _create(
     *,
     atomic: bool,
     on_created: Callable[[int, Created], None] | None = None,
+    in_key_order: bool = False,
+    rank: Callable[[int], int] | None = None,
 ) -> list[Created | Refusal]:
     now = clock.now() if clock is not None else None
-    made = _Made(tenant_id, on_created)
+    made = _Made(tenant_id, on_created, rank)
     async with (
         pool.acquire() as conn,
         conn.transaction() if atomic else contextlib.nullcontext(),
     ):
-        await _insert_chunks(conn, made, chunks, now, last_keys=atomic)
+        await _insert_chunks(
+            conn, made, chunks, now, book=not atomic, keys_last=atomic and not in_key_order
+        )
         if made.held:
             # A tenant with limits: its items go the locked path, in a transaction.
             async with contextlib.nullcontext() if atomic else conn.transaction():
@@ -214,10 +224,14 @@ class _Made:
     its place in `held`)."""
 
     def __init__(
-        self, tenant_id: str, on_created: Callable[[int, Created], None] | None = None
+        self,
+        tenant_id: str,
+        on_created: Callable[[int, Created], None] | None = None,
+        rank: Callable[[int], int] | None = None,
     ) -> None:
         self.tenant_id = tenant_id
         self.on_created = on_created
+        self.rank = rank  # an item's place in the request, where it differs
         self.items: list[NewJob] = []
         self.ids: list[str] = []
         self.outcomes: list[Created | Refusal | None] = []
@@ -265,29 +279,31 @@ async def _insert_chunks(
     chunks: Iterable[Sequence[NewJob]],
     now: datetime | None,
     *,
-    last_keys: bool,
+    book: bool,
+    keys_last: bool,
 ) -> None:
     """INSERT_JOBS for each chunk, each sent before the next chunk is taken from `chunks`.
-    `last_keys` (a transaction of several statements): the keyed items go in a statement of
-    their own after all the others, and no statement books its reservations (made.unbooked)."""
+    `book` False (a transaction of several statements): the statements leave the reservations
+    to book (made.unbooked). `keys_last`: the keyed items go in one statement after all the
+    others; else their keys must ascend from chunk to chunk."""
     writing: asyncio.Task[list[asyncpg.Record]] | None = None
     places: Sequence[int] = ()  # the items of the statement in flight
     try:
-        for now_places in _statements(made, chunks, last_keys):
+        for now_places in _statements(made, chunks, keys_last):
             rows = await writing if writing is not None else None
             written, places = places, now_places
             args = insert_args(
                 [made.ids[i] for i in places], made.tenant_id, [made.items[i] for i in places],
-                now, book=not last_keys,
+                now, book=book,
             )  # fmt: skip
             writing = asyncio.ensure_future(conn.fetch(queries.INSERT_JOBS, *args))
             # The task's first step sends a prepared statement; then the rows of the statement
             # before are read, and the next chunk made, while this one runs.
             await asyncio.sleep(0)
             if rows is not None:
-                _written(made, written, rows, booked=not last_keys)
+                _written(made, written, rows, booked=book)
         if writing is not None:
-            _written(made, places, await writing, booked=not last_keys)
+            _written(made, places, await writing, booked=book)
     finally:
         if writing is not None:
             if not writing.done():
@@ -298,17 +314,24 @@ async def _insert_chunks(
 
 
 def _statements(
-    made: _Made, chunks: Iterable[Sequence[NewJob]], last_keys: bool
+    made: _Made, chunks: Iterable[Sequence[NewJob]], keys_last: bool
 ) -> Iterator[Sequence[int]]:
     """The places of each statement's items, each chunk taken from `chunks` only when asked
-    for; with `last_keys`, the keyed items of every chunk come last, in one statement."""
+    for; with `keys_last`, the keyed items of every chunk come last, in one statement."""
     keyed: list[int] = []
+    highest = ""  # the highest key sent so far
     for chunk in chunks:
         places: Sequence[int] = made.add(chunk)
-        if last_keys:
+        if keys_last:
             items = made.items
             keyed.extend(i for i in places if items[i].idempotency_key is not None)
             places = [i for i in places if items[i].idempotency_key is None]
+        else:
+            keys = [item.idempotency_key for item in chunk if item.idempotency_key is not None]
+            # Compared as Python compares str, by code point, as COLLATE "C" compares UTF-8.
+            if keys and min(keys) < highest:
+                raise ValueError("the keyed items of a batch must come in ascending key order")
+            highest = max(keys, default=highest)
         if places:
             yield places
     if keyed:
@@ -328,8 +351,8 @@ def _written(
 
 async def _create_held(conn: Conn, made: _Made, now: datetime | None) -> None:
     """The locked path for the items INSERT_JOBS left to it (a tenant with limits), checked in
-    request order: a batch's keyed items came to it last."""
-    held = sorted(made.held)
+    request order, which a batch's chunks may not follow."""
+    held = sorted(made.held, key=made.rank)
     rows, refused = await _create_checked(
         conn, made.tenant_id, [made.ids[i] for i in held], [made.items[i] for i in held], now
     )

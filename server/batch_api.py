@@ -4,7 +4,8 @@ Each item is a `POST /api/jobs` body with an optional `idempotency_key`, and pas
 validation, idempotency, budget and rate rules as a single create. A bad item refuses that item
 (its answer is the problem a single create would have given), never the batch. The batch is made
 in one transaction (jobstream.creates.create_batch), its items checked a chunk at a time while
-PostgreSQL writes the chunk before.
+PostgreSQL writes the chunk before: first the items without a key, in request order, then the
+keyed ones in key order, as every writer takes keys, so that no two batches wait on each other.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ async def create_batch(request: Request) -> Response:
     outcomes = await creates.create_batch(
         app.pool, tenant, _checked(app, items, answers, places),
         clock=app.clock, announce=app.notices.announce, on_created=answer,
+        in_key_order=True, rank=places.__getitem__,
     )  # fmt: skip
     created = 0
     for place, (i, outcome) in enumerate(zip(places, outcomes, strict=True)):
@@ -80,19 +82,20 @@ def _checked(
     answers: list[dict[str, Any] | None],
     places: list[int],
 ) -> Iterator[list[creates.NewJob]]:
-    """The valid items as jobs to create, CHUNK at a time; each refused item's answer is put in
-    `answers`, each valid item's place in `places`. Lazy: create_batch takes a chunk while the
-    database writes the one before."""
+    """The valid items as jobs to create, CHUNK at a time, in _order's order; each refused
+    item's answer is put in `answers`, each valid item's place in `places`. Lazy: create_batch
+    takes a chunk while the database writes the one before."""
     rules = SimulatedRules.of(app.settings)  # once a batch, not once an item
+    order = _order(app, items, answers)
     chunk: list[creates.NewJob] = []
     size = HEAD
-    tail_starts = len(items) - TAIL
-    for i, item in enumerate(items):
-        if i == tail_starts and chunk:
+    tail_starts = len(order) - TAIL
+    for n, (i, key) in enumerate(order):
+        if n == tail_starts and chunk:
             yield chunk
             chunk = []
         try:
-            chunk.append(_new_job(app, rules, item))
+            chunk.append(_new_job(app, rules, items[i], key))
         except Problem as problem:
             answers[i] = problem.body()
             continue
@@ -105,18 +108,46 @@ def _checked(
         yield chunk
 
 
-def _new_job(app: AppState, rules: SimulatedRules, item: object) -> creates.NewJob:
+def _order(
+    app: AppState, items: list[Any], answers: list[dict[str, Any] | None]
+) -> list[tuple[int, str | None]]:
+    """The items to make with their keys, in the order they are written: those without a key
+    in request order, then the keyed ones by key, then request order (the first of two with one
+    key makes the job). An item refused for its key, or for not being an object, is answered."""
+    plain: list[tuple[int, str | None]] = []
+    keyed: list[tuple[int, str]] = []
+    for i, item in enumerate(items):
+        try:
+            key = _key(app, item)
+        except Problem as problem:
+            answers[i] = problem.body()
+            continue
+        if key is None:
+            plain.append((i, None))
+        else:
+            keyed.append((i, key))
+    keyed.sort(key=lambda pair: pair[1])  # stable: request order among equal keys
+    return plain + keyed
+
+
+def _key(app: AppState, item: object) -> str | None:
+    """The item's idempotency key, taken out of it (parsed for this request alone: in place,
+    not a copy)."""
     if not isinstance(item, dict):
         raise Problem(422, "validation", "Invalid request", "Each job must be a JSON object.")
-    fields = item  # parsed for this request alone: the key is taken out in place, not a copy
-    raw_key = fields.pop("idempotency_key", None)
+    raw_key = item.pop("idempotency_key", None)
     if raw_key is not None and not isinstance(raw_key, str):
         raise Problem(
             400, "invalid-idempotency-key", "Invalid Idempotency-Key",
             "idempotency_key must be a string.",
         )  # fmt: skip
+    return validation.idempotency_key(raw_key, required=app.settings.require_idempotency_key)
+
+
+def _new_job(
+    app: AppState, rules: SimulatedRules, fields: dict[str, Any], key: str | None
+) -> creates.NewJob:
     settings = app.settings
-    key = validation.idempotency_key(raw_key, required=settings.require_idempotency_key)
     spec = job_body.job_spec(
         fields,
         default_provider=settings.default_provider,

@@ -7,7 +7,9 @@ from typing import Any
 
 import asyncpg
 import httpx
+import pytest
 
+from jobstream import creates
 from server.batch_api import CHUNK, TAIL
 
 PROBLEM_TYPES = {"budget": "/problems/budget-exhausted", "rate": "/problems/rate-limited"}
@@ -120,6 +122,15 @@ async def test_budget_and_rate_refuse_the_items_past_them_and_not_replays(
     assert [r["status"] for r in rated[1:]] == ["queued", 429, 429]
     assert rated[2]["type"] == PROBLEM_TYPES["rate"]
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 3
+    # Keyed items are written in key order, yet the budget goes to the first in the request.
+    await pool.execute(
+        "UPDATE tenants SET create_rate_per_min = NULL,"
+        " budget_usd = (SELECT reserved_usd FROM tenant_balances) + 0.0003"
+    )  # room for one more
+    ordered = await batch(
+        client, *(job(f"o{i}", key=f"o{9 - i}", max_tokens=100) for i in range(3)), job("plain")
+    )
+    assert [r["status"] for r in ordered] == ["queued", 402, 402, 402]
 
 
 async def test_the_batch_itself_must_be_a_list_of_1_to_1000_jobs(
@@ -135,11 +146,12 @@ async def test_the_batch_itself_must_be_a_list_of_1_to_1000_jobs(
 
 
 async def test_batches_with_the_same_keys_in_opposite_orders_both_succeed(
-    client: httpx.AsyncClient, pool: asyncpg.Pool
+    client: httpx.AsyncClient, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Streamed a chunk at a time, each batch's first chunk took keys the other's second chunk
-    # needed: PostgreSQL aborted one, and its tries could all end so (a 500 in CI). Keys taken
-    # last, in key order, leave one waiting for the other (test_create_batch.py has the proof).
+    # Written in request order, each batch's first chunk took keys the other's second chunk
+    # needed: PostgreSQL aborted one, and its tries could all end so (a 500 in CI). Written in
+    # key order, one waits for the other: no second try is needed.
+    monkeypatch.setattr(creates, "BATCH_TRIES", 1)
     count = CHUNK + 50
     forward = [job(f"p{i}", key=f"both-{i}") for i in range(count)]
     answers = await asyncio.gather(batch(client, *forward), batch(client, *forward[::-1]))

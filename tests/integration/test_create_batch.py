@@ -171,3 +171,14 @@ async def _until_waiting_for_a_lock(pool: asyncpg.Pool) -> None:
     ) == 0:  # fmt: skip
         assert asyncio.get_running_loop().time() < deadline, "no statement waits for a lock"
         await asyncio.sleep(0.01)
+
+
+async def test_keys_promised_in_order_must_ascend_across_chunks(pool: asyncpg.Pool) -> None:
+    ascending = [new(f"p{i}", f"k{i:02}") for i in range(20)]
+    outcomes = await creates.create_batch(pool, "default", chunked(ascending, 5), in_key_order=True)
+    assert all(isinstance(o, creates.Created) and o.created for o in outcomes)
+    # Out of order within a chunk is fine (the statement sorts them); across chunks it is not.
+    descending = [new(f"d{i}", f"d{i:02}") for i in range(20)][::-1]
+    with pytest.raises(ValueError, match="ascending key order"):
+        await creates.create_batch(pool, "default", chunked(descending, 5), in_key_order=True)
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 20
