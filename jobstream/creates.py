@@ -378,17 +378,17 @@ def insert_args(
     return [rows, tenant_id, now, not locked, book]
 
 
-def _insert_row(ordinal: int, job_id: str, item: NewJob) -> dict[str, Any]:
-    """One element of INSERT_JOBS' $1, its fields named as the statement's recordset names them."""
+def _insert_row(ordinal: int, job_id: str, item: NewJob) -> list[Any]:
+    """One element of INSERT_JOBS' $1: the job's fields at the places the statement reads them
+    from (`item`: ord, id, key, hash, provider, priority, payload, metadata, max_attempts,
+    webhook_url, estimate, run_at, delay_s, retain_s)."""
     spec = item.spec
-    return {
-        "ord": ordinal, "id": job_id, "key": item.idempotency_key, "hash": item.request_hash,
-        "provider": spec.provider, "priority": spec.priority, "payload": item.payload,
-        "metadata": spec.metadata, "max_attempts": spec.max_attempts,
-        "webhook_url": spec.webhook_url,
-        "estimate": str(item.reserved_usd),  # exact: a JSON number would pass through a float
-        "run_at": _utc(spec.run_at), "delay_s": spec.delay_s, "retain_s": spec.retain_s,
-    }  # fmt: skip
+    return [
+        ordinal, job_id, item.idempotency_key, item.request_hash, spec.provider, spec.priority,
+        item.payload, spec.metadata, spec.max_attempts, spec.webhook_url,
+        str(item.reserved_usd),  # exact: a JSON number would pass through a float
+        _utc(spec.run_at), spec.delay_s, spec.retain_s,
+    ]  # fmt: skip
 
 
 def _utc(moment: datetime | None) -> datetime | None:
