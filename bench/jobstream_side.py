@@ -16,7 +16,7 @@ import orjson
 from bench import http_load
 from bench import queue_common as common
 from bench.server_process import server_process
-from jobstream import creates, db, migrations
+from jobstream import creates, db, migrations, new_jobs
 from jobstream.jobspec import JobSpec
 
 DATABASE = "queue_bench_jobstream"
@@ -93,9 +93,9 @@ async def create(pool: asyncpg.Pool) -> int:
 async def create_many(pool: asyncpg.Pool, count: int, *, keyed: bool = True) -> int:
     """`count` jobs in one call, as PgQueuer's side enqueues a batch; each with its own
     idempotency key when `keyed`."""
-    items = [creates.NewJob(SPEC, key) for key in (keys(count) if keyed else [None] * count)]
+    items = [new_jobs.NewJob(SPEC, key) for key in (keys(count) if keyed else [None] * count)]
     made = await creates.create_many(pool, TENANT, items)
-    if refused := [m for m in made if not isinstance(m, creates.Created)]:
+    if refused := [m for m in made if not isinstance(m, new_jobs.Created)]:
         raise RuntimeError(f"creates.create_many: {len(refused)} refused, e.g. {refused[0]!r}")
     return count
 

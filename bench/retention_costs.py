@@ -13,10 +13,10 @@ from typing import Any
 
 from bench import queue_common as common
 from bench.retention_seed import CLOCK, PROVIDER, SPEC
-from jobstream import attempts, claims, creates, db, migrations
+from jobstream import attempts, claims, creates, db, migrations, new_jobs
 from jobstream.attempts import Success
 from jobstream.claims import Claimed
-from jobstream.creates import NewJob
+from jobstream.new_jobs import NewJob
 from jobstream.sql import queries
 from jobstream.usage import Usage
 
@@ -78,7 +78,7 @@ def _insert_args(n: int) -> Callable[[], Awaitable[list[Any]]]:
     async def args() -> list[Any]:
         items = [NewJob(SPEC, f"k-{uuid.uuid4()}") for _ in range(n)]
         ids = [str(uuid.uuid4()) for _ in items]
-        return creates.insert_args(ids, "default", items, None)
+        return new_jobs.insert_args(ids, "default", items, None)
 
     return args
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from jobstream import claims, creates, db, migrations
 from jobstream.clock import DatabaseClock
-from jobstream.creates import NewJob
 from jobstream.jobspec import JobSpec
+from jobstream.new_jobs import NewJob
 from jobstream.types import DURATION_BUCKETS
 
 PROVIDER = "simulated"

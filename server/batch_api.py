@@ -17,7 +17,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jobstream import creates
+from jobstream import creates, new_jobs
 from server import job_body, representation, validation
 from server.auth import tenant_id
 from server.jobs_api import read_body, refusal_problem, require_json, reservation
@@ -54,7 +54,7 @@ async def create_batch(request: Request) -> Response:
     answers: list[dict[str, Any] | None] = [None] * len(items)
     places: list[int] = []  # the valid items, in order
 
-    def answer(place: int, outcome: creates.Created) -> None:
+    def answer(place: int, outcome: new_jobs.Created) -> None:
         body = representation.created(outcome.job, app.tokens)
         body["replayed"] = not outcome.created
         answers[places[place]] = body
@@ -66,7 +66,7 @@ async def create_batch(request: Request) -> Response:
     )  # fmt: skip
     created = 0
     for place, (i, outcome) in enumerate(zip(places, outcomes, strict=True)):
-        if isinstance(outcome, creates.Created):
+        if isinstance(outcome, new_jobs.Created):
             created += outcome.created
             if not outcome.created:  # a replay: known once the batch's keys were read
                 answer(place, outcome)
@@ -81,13 +81,13 @@ def _checked(
     items: list[Any],
     answers: list[dict[str, Any] | None],
     places: list[int],
-) -> Iterator[list[creates.NewJob]]:
+) -> Iterator[list[new_jobs.NewJob]]:
     """The valid items as jobs to create, CHUNK at a time, in _order's order; each refused
     item's answer is put in `answers`, each valid item's place in `places`. Lazy: create_batch
     takes a chunk while the database writes the one before."""
     rules = SimulatedRules.of(app.settings)  # once a batch, not once an item
     order = _order(app, items, answers)
-    chunk: list[creates.NewJob] = []
+    chunk: list[new_jobs.NewJob] = []
     size = HEAD
     tail_starts = len(order) - TAIL
     for n, (i, key) in enumerate(order):
@@ -146,7 +146,7 @@ def _key(app: AppState, item: object) -> str | None:
 
 def _new_job(
     app: AppState, rules: SimulatedRules, fields: dict[str, Any], key: str | None
-) -> creates.NewJob:
+) -> new_jobs.NewJob:
     settings = app.settings
     spec = job_body.job_spec(
         fields,
@@ -154,4 +154,4 @@ def _new_job(
         simulated=rules,
         allow_private_webhooks=settings.webhook_allow_private,
     )
-    return creates.NewJob(spec, key, reservation(app.providers, spec))
+    return new_jobs.NewJob(spec, key, reservation(app.providers, spec))

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 import asyncpg
 import structlog
 
-from jobstream import creates, db
+from jobstream import creates, db, new_jobs
 from jobstream.clock import Clock
 from jobstream.group_write import GroupWriter
 
@@ -31,8 +31,8 @@ MAX_BATCH = 100
 # Statements under way at once: while one commits, the next batch is already on its way.
 WRITES_IN_FLIGHT = 2
 
-Item = tuple[str, creates.NewJob]  # (tenant, job)
-Outcome = creates.Created | creates.Refusal
+Item = tuple[str, new_jobs.NewJob]  # (tenant, job)
+Outcome = new_jobs.Created | new_jobs.Refusal
 # What the writer answers an item: its outcome, or the error its statement met, which the caller
 # raises as a create of its own would have (refusals are exceptions too, but returned).
 Answer = Outcome | Exception
@@ -53,15 +53,15 @@ class CreateWriter:
         )
         self._running = False
 
-    async def create(self, tenant_id: str, job: creates.NewJob) -> Outcome:
+    async def create(self, tenant_id: str, job: new_jobs.NewJob) -> Outcome:
         """Create `job` with the others of its turn: its job, or why it was refused (a
-        creates.Refusal, returned); raises the database's error. Without a running writer (not
+        new_jobs.Refusal, returned); raises the database's error. Without a running writer (not
         started, or stopped), the create is written alone."""
         if self._running:
             answer = await self._writer.submit((tenant_id, job))
         else:
             [answer] = await self._create_many([(tenant_id, job)])
-        if isinstance(answer, creates.Created | creates.Refusal):
+        if isinstance(answer, new_jobs.Created | new_jobs.Refusal):
             return answer
         raise answer
 

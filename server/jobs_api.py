@@ -14,7 +14,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jobstream import creates, job_reads, jobs
+from jobstream import job_reads, jobs, new_jobs
 from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound, RateLimited
 from jobstream.jobspec import JobSpec
 from jobstream.rows import JobRow
@@ -72,7 +72,7 @@ def require_json(request: Request) -> None:
         )  # fmt: skip
 
 
-def refusal_problem(refusal: creates.Refusal) -> Problem:
+def refusal_problem(refusal: new_jobs.Refusal) -> Problem:
     """Why a create was refused, as the problem a client reads."""
     match refusal:
         case IdempotencyConflict():
@@ -106,14 +106,14 @@ def job_spec(app: AppState, body: dict[str, Any]) -> JobSpec:
     )
 
 
-async def create(request: Request, tenant: str, spec: JobSpec, key: str | None) -> creates.Created:
+async def create(request: Request, tenant: str, spec: JobSpec, key: str | None) -> new_jobs.Created:
     """Create with this server's clock and notices, written together with the creates of other
     requests in flight (server/create_writer.py); a refusal is raised as its problem."""
     app = state(request)
     outcome = await app.creates.create(
-        tenant, creates.NewJob(spec, key, reservation(app.providers, spec))
+        tenant, new_jobs.NewJob(spec, key, reservation(app.providers, spec))
     )
-    if isinstance(outcome, creates.Created):
+    if isinstance(outcome, new_jobs.Created):
         return outcome
     raise refusal_problem(outcome) from outcome
 

@@ -8,7 +8,7 @@
 -- tenant's ledger (the workers' wake-up is NOTIFY_RUNNABLE, sent after). A job's log opens
 -- with its `queued` event at seq 1 (last_seq 1), which has no row: the job_log view gives it.
 -- $1 is a JSON array of the jobs, one array per job, its fields by position as `item` names
--- them (jobstream/creates.py, _insert_row, writes them in this order): one parameter that the
+-- them (jobstream/new_jobs.py, _insert_row, writes them in this order): one parameter that the
 -- client encodes in one call, where thirteen arrays cost asyncpg a type check and an encoding
 -- per element, 11 µs a job of the server's time (a third of what the statement costs it).
 -- Arrays, not objects: jsonb sorts and searches every object's keys, and a batch's statements

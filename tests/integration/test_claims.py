@@ -13,8 +13,8 @@ import orjson
 from jobstream import claims, creates, db
 from jobstream.claims import Claimed
 from jobstream.clock import Clock, DatabaseClock
-from jobstream.creates import NewJob
 from jobstream.jobspec import JobSpec
+from jobstream.new_jobs import NewJob
 from jobstream.sql import queries
 from tests.support.clock import ManualClock
 from tests.support.polling import eventually

@@ -11,16 +11,16 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import creates
+from jobstream import creates, new_jobs
 from jobstream.errors import BudgetExceeded, IdempotencyConflict, RateLimited
 from jobstream.jobspec import JobSpec
 
 
-def new(prompt: str, key: str | None = None) -> creates.NewJob:
-    return creates.NewJob(JobSpec(prompt=prompt, provider="simulated", max_tokens=4), key)
+def new(prompt: str, key: str | None = None) -> new_jobs.NewJob:
+    return new_jobs.NewJob(JobSpec(prompt=prompt, provider="simulated", max_tokens=4), key)
 
 
-def chunked(items: list[creates.NewJob], size: int) -> Iterator[list[creates.NewJob]]:
+def chunked(items: list[new_jobs.NewJob], size: int) -> Iterator[list[new_jobs.NewJob]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
 
@@ -39,7 +39,7 @@ async def test_items_across_chunks_are_answered_in_order_with_duplicates_resolve
     items[12] = new("p1", "k1")  # chunk 2 repeats chunk 1's item: the same job
     items[21] = new("another body", "k2")  # and another body under chunk 1's key
     items[22] = new("no key")
-    told: dict[int, creates.Created] = {}
+    told: dict[int, new_jobs.Created] = {}
     outcomes = await creates.create_batch(
         pool, "default", chunked(items, 10), on_created=told.__setitem__
     )
@@ -47,7 +47,7 @@ async def test_items_across_chunks_are_answered_in_order_with_duplicates_resolve
     assert len(outcomes) == len(items)
     # Told of every new job, each once, at its place: not of replays, duplicates or refusals.
     made_here = {
-        i: o for i, o in enumerate(outcomes) if isinstance(o, creates.Created) and o.created
+        i: o for i, o in enumerate(outcomes) if isinstance(o, new_jobs.Created) and o.created
     }
     assert told == made_here and len(told) == 22
     made = await prompts(pool)
@@ -56,7 +56,7 @@ async def test_items_across_chunks_are_answered_in_order_with_duplicates_resolve
     for i, outcome in enumerate(outcomes):
         if i == 21:
             continue
-        assert isinstance(outcome, creates.Created), (i, outcome)
+        assert isinstance(outcome, new_jobs.Created), (i, outcome)
         assert made[str(outcome.job.id)] == items[i].spec.prompt  # each answer is its own item's
         assert outcome.created is (i not in (3, 12)), i
     assert str(outcomes[12].job.id) == str(outcomes[1].job.id)  # type: ignore[union-attr]
@@ -66,7 +66,7 @@ async def test_items_across_chunks_are_answered_in_order_with_duplicates_resolve
 
 
 async def test_a_batch_whose_making_fails_midway_makes_no_job(pool: asyncpg.Pool) -> None:
-    def failing() -> Iterator[list[creates.NewJob]]:
+    def failing() -> Iterator[list[new_jobs.NewJob]]:
         yield [new(f"first {i}") for i in range(10)]  # its statement is sent, then:
         raise RuntimeError("the next chunk could not be made")
 
@@ -75,7 +75,7 @@ async def test_a_batch_whose_making_fails_midway_makes_no_job(pool: asyncpg.Pool
     assert await prompts(pool) == {}
     # The connection went back to the pool whole: the next batch is written.
     outcomes = await creates.create_batch(pool, "default", chunked([new("later")], 10))
-    assert isinstance(outcomes[0], creates.Created)
+    assert isinstance(outcomes[0], new_jobs.Created)
     assert list((await prompts(pool)).values()) == ["later"]
 
 
@@ -85,7 +85,7 @@ async def test_a_tenant_with_a_create_rate_counts_every_chunk_of_a_batch(
     await pool.execute("UPDATE tenants SET create_rate_per_min = 12 WHERE id = 'default'")
     items = [new(f"r{i}", f"r{i}") for i in range(30)]
     outcomes = await creates.create_batch(pool, "default", chunked(items, 10))
-    assert [isinstance(o, creates.Created) for o in outcomes] == [True] * 12 + [False] * 18
+    assert [isinstance(o, new_jobs.Created) for o in outcomes] == [True] * 12 + [False] * 18
     assert all(isinstance(o, RateLimited) for o in outcomes[12:])
     assert sorted((await prompts(pool)).values()) == sorted(f"r{i}" for i in range(12))
 
@@ -105,20 +105,22 @@ async def test_batches_with_the_same_keys_in_opposite_orders_never_deadlock(
             creates.create_batch(pool, "default", chunked(items[::-1], 10)),
         )
         for a, b in zip(forward, backward[::-1], strict=True):
-            assert isinstance(a, creates.Created) and isinstance(b, creates.Created)
+            assert isinstance(a, new_jobs.Created) and isinstance(b, new_jobs.Created)
             assert a.job.id == b.job.id and a.created is not b.created
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 90
 
 
 async def test_a_batch_books_what_its_new_jobs_reserve_once(pool: asyncpg.Pool) -> None:
     cent = Decimal("0.01")
-    await creates.create_many(pool, "default", [creates.NewJob(new("old").spec, "old", cent)])
+    await creates.create_many(pool, "default", [new_jobs.NewJob(new("old").spec, "old", cent)])
     # Keyed and unkeyed items across chunks, a replay, and a duplicate within the batch.
-    items = [creates.NewJob(new(f"p{i}").spec, f"k{i}" if i % 2 else None, cent) for i in range(25)]
-    items[4] = creates.NewJob(new("old").spec, "old", cent)
-    items[17] = creates.NewJob(items[1].spec, "k1", cent)
+    items = [
+        new_jobs.NewJob(new(f"p{i}").spec, f"k{i}" if i % 2 else None, cent) for i in range(25)
+    ]
+    items[4] = new_jobs.NewJob(new("old").spec, "old", cent)
+    items[17] = new_jobs.NewJob(items[1].spec, "k1", cent)
     outcomes = await creates.create_batch(pool, "default", chunked(items, 10))
-    made = sum(isinstance(o, creates.Created) and o.created for o in outcomes)
+    made = sum(isinstance(o, new_jobs.Created) and o.created for o in outcomes)
     assert made == 23
     reserved = await pool.fetchval("SELECT reserved_usd FROM tenant_balances")
     assert reserved == cent * (made + 1)
@@ -129,9 +131,9 @@ async def test_a_budget_admits_a_mixed_batch_in_request_order(pool: asyncpg.Pool
     # of the request, keyed or not.
     await pool.execute("UPDATE tenants SET budget_usd = 0.05 WHERE id = 'default'")
     cent = Decimal("0.01")
-    items = [creates.NewJob(new(f"b{i}").spec, f"b{i}" if i % 2 else None, cent) for i in range(9)]
+    items = [new_jobs.NewJob(new(f"b{i}").spec, f"b{i}" if i % 2 else None, cent) for i in range(9)]
     outcomes = await creates.create_batch(pool, "default", chunked(items, 4))
-    assert [isinstance(o, creates.Created) for o in outcomes] == [True] * 5 + [False] * 4
+    assert [isinstance(o, new_jobs.Created) for o in outcomes] == [True] * 5 + [False] * 4
     assert all(isinstance(o, BudgetExceeded) for o in outcomes[5:])
     assert sorted((await prompts(pool)).values()) == [f"b{i}" for i in range(5)]
 
@@ -159,7 +161,7 @@ async def test_a_batch_aborted_for_a_deadlock_is_written_again_whole(
         await other.execute(key_row, "a")  # waits for the batch, until its abort
         await tx.rollback()
         outcomes = await writing
-    assert all(isinstance(o, creates.Created) and o.created for o in outcomes)
+    assert all(isinstance(o, new_jobs.Created) and o.created for o in outcomes)
     assert sorted((await prompts(pool)).values()) == sorted(i.spec.prompt for i in items)
 
 
@@ -176,7 +178,7 @@ async def _until_waiting_for_a_lock(pool: asyncpg.Pool) -> None:
 async def test_keys_promised_in_order_must_ascend_across_chunks(pool: asyncpg.Pool) -> None:
     ascending = [new(f"p{i}", f"k{i:02}") for i in range(20)]
     outcomes = await creates.create_batch(pool, "default", chunked(ascending, 5), in_key_order=True)
-    assert all(isinstance(o, creates.Created) and o.created for o in outcomes)
+    assert all(isinstance(o, new_jobs.Created) and o.created for o in outcomes)
     # Out of order within a chunk is fine (the statement sorts them); across chunks it is not.
     descending = [new(f"d{i}", f"d{i:02}") for i in range(20)][::-1]
     with pytest.raises(ValueError, match="ascending key order"):

@@ -11,7 +11,7 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import creates, job_reads
+from jobstream import creates, job_reads, new_jobs
 from jobstream.errors import IdempotencyConflict
 from jobstream.jobspec import JobSpec
 from server.create_writer import CreateWriter
@@ -39,7 +39,7 @@ async def writer(wide_pool: asyncpg.Pool) -> AsyncIterator[CreateWriter]:
 
 
 async def _create_all(
-    writer: CreateWriter, items: list[tuple[str, creates.NewJob]], *, errors: bool = False
+    writer: CreateWriter, items: list[tuple[str, new_jobs.NewJob]], *, errors: bool = False
 ) -> list[object]:
     """Every item's outcome; a raised error is a failure of the test unless `errors`.
     (Refusals are returned, never raised, as from creates.create_many.)"""
@@ -53,10 +53,10 @@ async def test_concurrent_creates_share_a_statement_and_each_gets_its_own_job(
     writer: CreateWriter, wide_pool: asyncpg.Pool
 ) -> None:
     outcomes = await _create_all(
-        writer, [("default", creates.NewJob(SPEC, f"key-{n}")) for n in range(32)]
+        writer, [("default", new_jobs.NewJob(SPEC, f"key-{n}")) for n in range(32)]
     )
-    assert all(isinstance(o, creates.Created) and o.created for o in outcomes)
-    ids = [o.job.id for o in outcomes if isinstance(o, creates.Created)]
+    assert all(isinstance(o, new_jobs.Created) and o.created for o in outcomes)
+    ids = [o.job.id for o in outcomes if isinstance(o, new_jobs.Created)]
     assert len(set(ids)) == 32
     rows = await wide_pool.fetch(
         "SELECT idempotency_key, created_at FROM jobs WHERE id = ANY($1::uuid[])", ids
@@ -71,10 +71,10 @@ async def test_concurrent_creates_share_a_statement_and_each_gets_its_own_job(
 async def test_one_key_in_one_statement_makes_one_job_and_a_changed_body_is_refused(
     writer: CreateWriter, wide_pool: asyncpg.Pool
 ) -> None:
-    same = [("default", creates.NewJob(SPEC, "shared")) for _ in range(10)]
-    changed = [("default", creates.NewJob(OTHER_BODY, "shared")) for _ in range(3)]
+    same = [("default", new_jobs.NewJob(SPEC, "shared")) for _ in range(10)]
+    changed = [("default", new_jobs.NewJob(OTHER_BODY, "shared")) for _ in range(3)]
     outcomes = await _create_all(writer, same + changed)
-    made = [o for o in outcomes[:10] if isinstance(o, creates.Created)]
+    made = [o for o in outcomes[:10] if isinstance(o, new_jobs.Created)]
     assert len(made) == 10
     assert len({o.job.id for o in made}) == 1
     assert sum(o.created for o in made) == 1  # the others are replays
@@ -89,13 +89,13 @@ async def test_tenants_in_one_batch_each_get_their_own_jobs(
     await wide_pool.execute(
         "INSERT INTO tenants (id, name, max_running) VALUES ('other', 'Other', 10)"
     )
-    items = [(t, creates.NewJob(SPEC, f"k-{n}")) for n in range(6) for t in ("default", "other")]
+    items = [(t, new_jobs.NewJob(SPEC, f"k-{n}")) for n in range(6) for t in ("default", "other")]
     outcomes = await _create_all(writer, items)
     for (tenant, _), outcome in zip(items, outcomes, strict=True):
-        assert isinstance(outcome, creates.Created) and outcome.created
+        assert isinstance(outcome, new_jobs.Created) and outcome.created
         assert outcome.job.tenant_id == tenant
     # The same key under two tenants is two jobs.
-    assert len({o.job.id for o in outcomes if isinstance(o, creates.Created)}) == 12
+    assert len({o.job.id for o in outcomes if isinstance(o, new_jobs.Created)}) == 12
 
 
 async def test_an_item_the_database_refuses_fails_alone(
@@ -104,12 +104,12 @@ async def test_an_item_the_database_refuses_fails_alone(
     # jsonb cannot hold U+0000: the statement with this item fails, and is written again item
     # by item, so only this item's caller sees the error.
     bad = JobSpec(prompt="nul \x00 here", provider="simulated", max_tokens=4)
-    items = [("default", creates.NewJob(SPEC, f"ok-{n}")) for n in range(8)]
-    items.insert(3, ("default", creates.NewJob(bad, "bad")))
+    items = [("default", new_jobs.NewJob(SPEC, f"ok-{n}")) for n in range(8)]
+    items.insert(3, ("default", new_jobs.NewJob(bad, "bad")))
     outcomes = await _create_all(writer, items, errors=True)
     assert isinstance(outcomes[3], asyncpg.PostgresError)
     rest = outcomes[:3] + outcomes[4:]
-    assert all(isinstance(o, creates.Created) and o.created for o in rest)
+    assert all(isinstance(o, new_jobs.Created) and o.created for o in rest)
     keys = {r["idempotency_key"] for r in await wide_pool.fetch("SELECT idempotency_key FROM jobs")}
     assert keys == {f"ok-{n}" for n in range(8)}
 
@@ -118,8 +118,8 @@ async def test_without_a_running_writer_a_create_is_written_alone(wide_pool: asy
     announced = Announced()
     writer = CreateWriter(wide_pool, None, announced)  # never run
     async with asyncio.timeout(10):
-        outcome = await writer.create("default", creates.NewJob(SPEC, "alone"))
-    assert isinstance(outcome, creates.Created) and outcome.created
+        outcome = await writer.create("default", new_jobs.NewJob(SPEC, "alone"))
+    assert isinstance(outcome, new_jobs.Created) and outcome.created
     assert announced.providers == ["simulated"]
 
 
@@ -137,11 +137,11 @@ async def test_every_field_is_stored_exactly_as_given(pool: asyncpg.Pool) -> Non
     )  # fmt: skip
     later = JobSpec(prompt="later", provider="simulated", delay_s=30.25)
     items = [
-        creates.NewJob(rich, "key " + odd, Decimal("0.00000123")),
-        creates.NewJob(later, None, Decimal("12.5")),
+        new_jobs.NewJob(rich, "key " + odd, Decimal("0.00000123")),
+        new_jobs.NewJob(later, None, Decimal("12.5")),
     ]
     outcomes = await creates.create_many(pool, "default", items)
-    created = [o.job for o in outcomes if isinstance(o, creates.Created)]
+    created = [o.job for o in outcomes if isinstance(o, new_jobs.Created)]
     assert len(created) == 2
     # Read back: the create's answer is built from what it sent (JobRow.inserted).
     async with pool.acquire() as conn:

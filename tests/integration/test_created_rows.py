@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import asyncpg
 
-from jobstream import creates, job_reads
+from jobstream import creates, job_reads, new_jobs
 from jobstream.jobspec import JobSpec
 
 # Every field a create can set, each away from its default.
@@ -33,7 +33,7 @@ FULL = JobSpec(
 )
 
 
-async def _stored(pool: asyncpg.Pool, created: creates.Created) -> dict[str, object]:
+async def _stored(pool: asyncpg.Pool, created: new_jobs.Created) -> dict[str, object]:
     async with pool.acquire() as conn:
         return dataclasses.asdict(await job_reads.get(conn, "default", created.job.id))
 
@@ -44,17 +44,17 @@ async def test_a_created_job_is_the_row_the_database_holds(pool: asyncpg.Pool) -
         pool,
         "default",
         [
-            creates.NewJob(FULL, "full-key", Decimal("0.123456789")),
-            creates.NewJob(dataclasses.replace(FULL, webhook_url=None, delay_s=30.0)),
-            creates.NewJob(JobSpec(prompt="plain", provider="simulated")),
+            new_jobs.NewJob(FULL, "full-key", Decimal("0.123456789")),
+            new_jobs.NewJob(dataclasses.replace(FULL, webhook_url=None, delay_s=30.0)),
+            new_jobs.NewJob(JobSpec(prompt="plain", provider="simulated")),
         ],
     )
-    assert all(isinstance(o, creates.Created) and o.created for o in outcomes)
+    assert all(isinstance(o, new_jobs.Created) and o.created for o in outcomes)
     for outcome in outcomes:
-        assert isinstance(outcome, creates.Created)
+        assert isinstance(outcome, new_jobs.Created)
         assert dataclasses.asdict(outcome.job) == await _stored(pool, outcome)
     full, delayed, _ = outcomes
-    assert isinstance(full, creates.Created) and isinstance(delayed, creates.Created)
+    assert isinstance(full, new_jobs.Created) and isinstance(delayed, new_jobs.Created)
     assert delayed.job.run_after - delayed.job.created_at == timedelta(seconds=30)
     assert full.job.reserved_usd == Decimal("0.12345679")
     # Only a keyed job's body is digested: nothing compares an unkeyed one's.

@@ -8,7 +8,7 @@ from decimal import Decimal
 import asyncpg
 import pytest
 
-from jobstream import attempts, claims, creates, jobs
+from jobstream import attempts, claims, creates, jobs, new_jobs
 from jobstream.attempts import Success
 from jobstream.clock import DatabaseClock
 from jobstream.errors import BudgetExceeded
@@ -40,7 +40,7 @@ async def test_budget_refuses_what_it_cannot_cover_even_under_concurrency(
           for i in range(10)),
         return_exceptions=True,
     )  # fmt: skip
-    made = [o for o in outcomes if isinstance(o, creates.Created)]
+    made = [o for o in outcomes if isinstance(o, new_jobs.Created)]
     refused = [o for o in outcomes if isinstance(o, BudgetExceeded)]
     assert (len(made), len(refused)) == (3, 7)
     assert await tenant_money(pool) == (Decimal("0.9"), Decimal(0))
@@ -90,9 +90,9 @@ async def test_a_success_does_not_wait_for_another_connections_booking(
     # rows of the tenant and waited for every other writer's commit (ledger.sql). Now each
     # connection writes its own row: while another holds its row, a success still commits.
     await pool.execute("UPDATE tenants SET max_running = 64 WHERE id = 'default'")
-    items = [creates.NewJob(spec(f"p{i}"), None, Decimal("0.5")) for i in range(64)]
+    items = [new_jobs.NewJob(spec(f"p{i}"), None, Decimal("0.5")) for i in range(64)]
     made = await creates.create_many(pool, "default", items)
-    assert all(isinstance(m, creates.Created) for m in made)
+    assert all(isinstance(m, new_jobs.Created) for m in made)
     held = await claims.claim_batch(
         pool, providers=["simulated"], worker_id="w", lease_s=30, clock=CLOCK, max_jobs=64
     )

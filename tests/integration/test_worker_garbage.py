@@ -12,7 +12,7 @@ import gc
 
 import asyncpg
 
-from jobstream import creates
+from jobstream import creates, new_jobs
 from jobstream.jobspec import JobSpec
 from jobstream.settings import Settings
 from tests.support.polling import eventually
@@ -32,7 +32,7 @@ async def test_attempts_leave_no_garbage_for_the_collector(
         gc.collect()
         gc.disable()
         try:
-            await creates.create_many(pool, "default", [creates.NewJob(spec)] * ATTEMPTS)
+            await creates.create_many(pool, "default", [new_jobs.NewJob(spec)] * ATTEMPTS)
 
             async def succeeded() -> int:
                 done: int = await pool.fetchval(COUNT_SUCCEEDED)
