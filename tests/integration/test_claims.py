@@ -17,7 +17,7 @@ from jobstream.jobspec import JobSpec
 from jobstream.new_jobs import NewJob
 from jobstream.sql import queries
 from tests.support.clock import ManualClock
-from tests.support.polling import eventually
+from tests.support.polling import eventually, lock_waits
 
 CLOCK = DatabaseClock()
 
@@ -133,14 +133,9 @@ async def test_a_claim_that_loses_the_race_for_a_tenants_last_slot_undoes_itself
         [won] = await first.fetch(queries.CLAIM_JOBS, *args)  # holds the tenant's row
         losing = asyncio.create_task(second.fetch(queries.CLAIM_JOBS, *args))
 
-        async def waiting() -> int:
-            n: int = await pool.fetchval(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            )
-            return n
-
-        await eventually(waiting, lambda n: n == 1, what="the second claim waits for the tenant")
+        await eventually(
+            lambda: lock_waits(pool), lambda n: n == 1, what="the second claim waits for the tenant"
+        )
         await ahead.commit()
         lost = await asyncio.wait_for(losing, 10)
     finally:
@@ -279,17 +274,10 @@ async def test_two_claims_taking_turns_behind_a_third_never_deadlock(
             args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 1)
             return len(await conn.fetch(queries.CLAIM_JOBS, *args))
 
-        async def waiting() -> int:
-            n: int = await pool.fetchval(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            )
-            return n
-
         turns = [asyncio.create_task(take_turn(first))]
-        await eventually(waiting, lambda n: n == 1, what="the first claim waits")
+        await eventually(lambda: lock_waits(pool), lambda n: n == 1, what="the first claim waits")
         turns.append(asyncio.create_task(take_turn(second)))
-        await eventually(waiting, lambda n: n == 2, what="the second claim waits")
+        await eventually(lambda: lock_waits(pool), lambda n: n == 2, what="the second claim waits")
         await ahead.commit()
         assert await asyncio.wait_for(asyncio.gather(*turns), 10) == [1, 1]
         await shared.commit()

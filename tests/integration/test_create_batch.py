@@ -14,6 +14,7 @@ import pytest
 from jobstream import creates, new_jobs
 from jobstream.errors import BudgetExceeded, IdempotencyConflict, RateLimited
 from jobstream.jobspec import JobSpec
+from tests.support.polling import eventually, lock_waits
 
 
 def new(prompt: str, key: str | None = None) -> new_jobs.NewJob:
@@ -157,22 +158,13 @@ async def test_a_batch_aborted_for_a_deadlock_is_written_again_whole(
         await other.execute("SET LOCAL deadlock_timeout = '30s'")
         await other.execute(key_row, "x")
         writing = asyncio.ensure_future(creates.create_batch(pool, "default", chunked(items, 10)))
-        await _until_waiting_for_a_lock(pool)  # the batch, holding 'a', waits for 'x'
+        # The batch, holding 'a', waits for 'x'.
+        await eventually(lambda: lock_waits(pool), lambda n: n == 1, what="the batch waits")
         await other.execute(key_row, "a")  # waits for the batch, until its abort
         await tx.rollback()
         outcomes = await writing
     assert all(isinstance(o, new_jobs.Created) and o.created for o in outcomes)
     assert sorted((await prompts(pool)).values()) == sorted(i.spec.prompt for i in items)
-
-
-async def _until_waiting_for_a_lock(pool: asyncpg.Pool) -> None:
-    deadline = asyncio.get_running_loop().time() + 10
-    while await pool.fetchval(
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-        " AND datname = current_database()"
-    ) == 0:  # fmt: skip
-        assert asyncio.get_running_loop().time() < deadline, "no statement waits for a lock"
-        await asyncio.sleep(0.01)
 
 
 async def test_keys_promised_in_order_must_ascend_across_chunks(pool: asyncpg.Pool) -> None:

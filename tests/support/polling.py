@@ -7,6 +7,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import asyncpg
+
 T = TypeVar("T")
 
 
@@ -42,6 +44,15 @@ async def signalled(waiter: Awaitable[object], *, what: str, timeout_s: float = 
             await waiter
     except TimeoutError:
         raise AssertionError(f"timed out after {timeout_s} s waiting until {what}") from None
+
+
+async def lock_waits(pool: asyncpg.Pool) -> int:
+    """Backends of the test's database waiting for a lock now: a probe for `eventually`."""
+    n: int = await pool.fetchval(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    return n
 
 
 def eventually_blocking(
