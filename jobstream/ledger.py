@@ -1,6 +1,7 @@
 """The tenant's money: reserve at create, charge once per accepted result, release otherwise.
 
-A job's reservation is booked by the statement that creates it (queries.INSERT_JOBS), its charge
+A job's reservation is booked by the statement that creates it (queries.INSERT_JOBS; a batch's
+by one BOOK_RESERVED after its last key, jobstream/creates.py), its charge
 by the one that accepts its result (queries.SUCCEED_ATTEMPTS); the release here runs inside the
 transaction that changes the job's status, so the ledger and the job never disagree (DESIGN.md
 §4.7). Each connection books on its own row of the tenant (jobstream/sql/ledger.sql): the

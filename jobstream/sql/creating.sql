@@ -89,8 +89,9 @@ SELECT t.go, i.id, i.created_at, i.run_after
   LEFT JOIN inserted i ON true
 
 -- name: BOOK_RESERVED
--- A batch's reservations ($2, the sum of what its INSERT_JOBS statements left unbooked, $5
--- false), on this backend's shard of the tenant's ledger (ledger.sql), after the batch's keys.
+-- A batch's reservations: $2 is the sum of what its INSERT_JOBS statements (run with their $5
+-- false) left unbooked, for tenant $1, on this backend's shard of the tenant's ledger
+-- (ledger.sql), after the batch's last key.
 INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
 VALUES ($1, pg_backend_pid() % 16, $2)
 ON CONFLICT (tenant_id, shard) DO UPDATE SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd

@@ -1,4 +1,5 @@
--- Money (jobstream/ledger.py): reserve at create (INSERT_JOBS), charge once on success
+-- Money (jobstream/ledger.py): reserve at create (INSERT_JOBS, or a batch's BOOK_RESERVED in
+-- creating.sql), charge once on success
 -- (SUCCEED_ATTEMPTS, attempts.sql), release on any other end. Every booking goes to the
 -- tenant's shard pg_backend_pid() % 16, the writing connection's, not the job's: a job's
 -- reservation and its release may land on different rows, so a row's reserved_usd may be
