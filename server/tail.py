@@ -68,7 +68,10 @@ class Tail:
                     return []
             if self._sub is None:
                 return []
-            batch = await self._sub.get()
+            batch = self._sub.take()
+            if not batch:
+                await self._sub.arrival()
+                continue
             fresh = [e for e in batch if e.seq > self.cursor]
             if not fresh:
                 if batch[-1].type == "done":

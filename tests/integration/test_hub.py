@@ -259,5 +259,33 @@ async def test_one_notification_for_many_jobs_wakes_each_of_them(
         assert got.events[-1]["text"] == f"job {n} "
 
 
+@pytest.mark.parametrize("hub_settings", [{"hub_recheck_s": 3600.0}], indirect=True)
+async def test_a_notification_wakes_the_jobs_it_names_whatever_else_it_holds(
+    served: Served, pool: asyncpg.Pool
+) -> None:
+    # The hub matches a notification's items to the jobs it follows by their text: items it
+    # cannot read, or for jobs nobody here follows, are passed over, and the rest still wake.
+    job = await create(served.client)
+    held = await drive.claim(pool)
+    reader = asyncio.create_task(read_stream(served.client, job["events_url"], max_events=4))
+    await until_followers(served.hub, 1)
+    # An event committed without a notification of its own: only the one below announces it.
+    async with pool.acquire() as conn, conn.transaction():
+        seq = await conn.fetchval(
+            "UPDATE jobs SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
+            held.job_id,
+        )
+        await conn.execute(
+            "INSERT INTO job_events (job_id, seq, attempt, type, data)"
+            " VALUES ($1, $2, $3, 'token', '{\"text\": \"announced \"}')",
+            held.job_id, seq, held.attempt,
+        )  # fmt: skip
+    payload = f"not-a-job,{uuid.uuid4()}:7,{held.job_id}:x,{held.job_id}:{seq}"
+    await pool.execute("SELECT pg_notify('jobstream_events', $1)", payload)
+    got = await asyncio.wait_for(reader, 30)
+    assert [e["type"] for e in got.events] == ["status", "reset", "status", "token"]
+    assert got.events[-1]["text"] == "announced "
+
+
 async def _now(values: list[str]) -> list[str]:
     return values

@@ -69,3 +69,29 @@ async def test_a_subscribe_abandoned_while_the_feed_starts_leaves_nothing_behind
             await hub.subscribe(uuid.uuid4())
     assert hub.subscribers == 0
     await hub.stop()
+
+
+async def test_a_wait_cut_short_leaves_the_next_wait_working() -> None:
+    # A long-poll's timeout cancels the reader's wait; the same subscription read again (as the
+    # tail does) must still be woken by the next offer, not fail on the cancelled wait.
+    sub = subscription(10, [])
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):
+            await sub.get()
+    reader = asyncio.create_task(sub.get())
+    await asyncio.sleep(0)
+    assert not reader.done()
+    sub.offer(events(1))
+    assert [e.seq for e in await asyncio.wait_for(reader, 5)] == [1]
+
+
+async def test_take_hands_out_the_buffer_without_waiting() -> None:
+    sub = subscription(10, [])
+    assert sub.take() == []
+    sub.offer(events(1, 2))
+    assert sub.arrival().done()  # events are there: nothing to wait for
+    assert [e.seq for e in sub.take()] == [1, 2]
+    assert sub.take() == []
+    sub.close("gone")
+    with pytest.raises(SubscriptionClosed):
+        sub.take()
