@@ -28,7 +28,7 @@ import asyncpg
 
 from jobstream import token_appends
 from jobstream.event_loop import running_loop
-from jobstream.group_write import GroupWriter
+from jobstream.group_write import GroupWriter, Reply
 from jobstream.token_appends import Appended, TokenAppend
 
 # The most chunks one statement writes; more wait for the next. Above the streams a worker runs:
@@ -36,8 +36,9 @@ from jobstream.token_appends import Appended, TokenAppend
 MAX_BATCH = 2000
 
 
-class Source(Protocol):
-    """An attached stream, as the writer sees it (worker/token_pull.py)."""
+class Source(Reply[Appended], Protocol):
+    """An attached stream, as the writer sees it (worker/token_pull.py); the answer of the
+    write that took its text goes to it as to a future."""
 
     @property
     def due_at(self) -> float | None:
@@ -45,9 +46,6 @@ class Source(Protocol):
 
     def take(self, now: float) -> TokenAppend | None:
         """Its due text as an append, now in flight; None when nothing is due."""
-
-    def settle(self, answer: asyncio.Future[Appended]) -> None:
-        """The answer of the write that took its text."""
 
 
 class TokenWrites:
@@ -110,7 +108,7 @@ class TokenWrites:
         for source in list(self._sources):
             append = source.take(now)
             if append is not None:
-                self._writer.submit_nowait(append).add_done_callback(source.settle)
+                self._writer.submit_to(append, source)
                 continue
             at = source.due_at
             if at is not None and (earliest is None or at < earliest):

@@ -4,6 +4,7 @@ lands, and what reaches the runner when a write goes wrong."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -133,3 +134,44 @@ async def test_a_fenced_stream_hears_it_through_its_inbox(
     messages = await stream.inbox.take(asyncio.get_running_loop().time() + 5)
     assert [type(m) for m in messages] == [LeaseLost]
     assert reassemble(await event_list(pool, stream.held.job_id)) == "0 "
+
+
+class StuckPool:
+    """A pool whose connections never come: a write holds its text until the writer stops."""
+
+    def __init__(self) -> None:
+        self.waiting = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[None]:
+        self.waiting.set()
+        await asyncio.get_running_loop().create_future()
+        yield None
+
+
+async def test_text_of_a_write_cut_short_by_the_writer_stopping_is_put_back(
+    pool: asyncpg.Pool,
+) -> None:
+    # The worker is going: its writer is cancelled while a write holds this attempt's text.
+    # The text must go back first in line (the runner settles with it), not vanish.
+    await create_job(pool)
+    held = await claims.claim(
+        pool, providers=["simulated"], worker_id="w", lease_s=LEASE_S, clock=manual_clock()
+    )
+    assert held is not None
+    stuck = StuckPool()
+    writes = TokenWrites(stuck, min_interval_s=0)  # type: ignore[arg-type]
+    writer = asyncio.create_task(writes.run())
+    coalescer = Coalescer(interval_s=INTERVAL_S, max_bytes=4096)
+    tokens = TokenLog(stuck, held, writer=writes.append)  # type: ignore[arg-type]
+    pull = TokenPull(coalescer, tokens, Inbox(), writes)
+    pull.attach()
+    loop = asyncio.get_running_loop()
+    coalescer.add("0 1 ", loop.time() - INTERVAL_S)
+    pull.pending(loop.time())
+    await asyncio.wait_for(stuck.waiting.wait(), 5)
+    assert pull.in_flight and coalescer.due_at is None  # the write holds the text
+    writer.cancel()
+    await asyncio.gather(writer, return_exceptions=True)
+    assert not pull.in_flight
+    assert coalescer.take() == ["0 1 "]
