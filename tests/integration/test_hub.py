@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from jobstream import events, token_appends
+from jobstream.claims import Claimed
 from jobstream.settings import Settings
 from jobstream.sql import queries
 from server.app import create_app
@@ -21,7 +22,7 @@ from tests.support import attempt_driver as drive
 from tests.support.api import create, until_followers
 from tests.support.http_server import http_client, serve
 from tests.support.polling import eventually, signalled
-from tests.support.sse_client import read_stream, reassemble
+from tests.support.sse_client import Received, read_stream, reassemble
 from tests.support.stalled_reader import read_to_end, stalled_reader
 
 
@@ -49,6 +50,18 @@ async def served(hub_settings: Settings) -> AsyncIterator[Served]:
         yield Served(url, app.state.js.hub, client)
 
 
+async def follow_one(
+    served: Served, pool: asyncpg.Pool, *, max_events: int | None = None
+) -> tuple[Claimed, asyncio.Task[Received]]:
+    """A job created and claimed, and one SSE reader of it from its start, followed here."""
+    job = await create(served.client)
+    held = await drive.claim(pool)
+    read = read_stream(served.client, job["events_url"], max_events=max_events)
+    reader = asyncio.create_task(read)
+    await until_followers(served.hub, 1)
+    return held, reader
+
+
 async def hub_backend(pool: asyncpg.Pool) -> int | None:
     pid: int | None = await pool.fetchval(
         "SELECT pid FROM pg_stat_activity"
@@ -62,10 +75,7 @@ async def test_streams_go_on_when_the_listen_connection_is_killed(
     served: Served, pool: asyncpg.Pool
 ) -> None:
     # A 60 s re-check cannot deliver in time: only the reconnect and its re-read can.
-    job = await create(served.client)
-    held = await drive.claim(pool)
-    reader = asyncio.create_task(read_stream(served.client, job["events_url"]))
-    await until_followers(served.hub, 1)
+    held, reader = await follow_one(served, pool)
     await drive.tokens(pool, held, drive.count_tokens(0, 10))
     old = await hub_backend(pool)
     assert old is not None
@@ -265,10 +275,7 @@ async def test_a_notification_wakes_the_jobs_it_names_whatever_else_it_holds(
 ) -> None:
     # The hub matches a notification's items to the jobs it follows by their text: items it
     # cannot read, or for jobs nobody here follows, are passed over, and the rest still wake.
-    job = await create(served.client)
-    held = await drive.claim(pool)
-    reader = asyncio.create_task(read_stream(served.client, job["events_url"], max_events=4))
-    await until_followers(served.hub, 1)
+    held, reader = await follow_one(served, pool, max_events=4)
     # An event committed without a notification of its own: only the one below announces it.
     async with pool.acquire() as conn, conn.transaction():
         seq = await conn.fetchval(
