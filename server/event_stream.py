@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Coroutine
+from typing import Any, Protocol
 
 import structlog
 from starlette.types import Receive, Scope, Send
@@ -37,6 +37,17 @@ HEADERS = (
 FINISH_TIMEOUT_S = 1.0
 
 
+class Body(Protocol):
+    """The chunks a stream sends: an async generator, or an iterator of its own; `aclose` runs
+    its cleanup (a subscription released) however the stream ends."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    def __anext__(self) -> Awaitable[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
 class EventStream:
     """Send `body`'s chunks as they come, with a heartbeat comment whenever the stream has been
     idle for `heartbeat_s`; end when the body ends, the client leaves, `stop` is set, or a send
@@ -57,7 +68,7 @@ class EventStream:
 
     def __init__(
         self,
-        body: AsyncGenerator[bytes, None],
+        body: Body,
         *,
         heartbeat_s: float,
         stop: Stop | None = None,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
-from collections.abc import AsyncGenerator
 from typing import Any
 
 from starlette.requests import Request
@@ -138,32 +137,71 @@ class _Stream(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         settings = self._app.settings
         response = EventStream(
-            self._body(),
+            _Frames(self._app, self._job_id, self._cursor, self._last_seq, self._stop, self._live),
             heartbeat_s=settings.sse_heartbeat_s,
             stop=self._stop,
             send_timeout_s=settings.sse_send_timeout_s,
         )
         await self._app.serve_stream(response, scope, receive, send)
 
-    async def _body(self) -> AsyncGenerator[bytes, None]:
+
+class _Frames:
+    """The stream's body: the `retry` frame, then one chunk a batch the tail gives, until the
+    log's `done` or the end of the subscription (cut off, or the server stopping: the client
+    resumes from its last id). An iterator of its own rather than an async generator: a live
+    stream resumes through it for every batch, twenty times a second with 1,000 streams, and
+    a generator's resume and suspend cost a fifth more (bench.sse_fanout_cost)."""
+
+    __slots__ = ("_app", "_cursor", "_ended", "_job_id", "_last_seq", "_live", "_stop", "_sub",
+                 "_tail")  # fmt: skip
+
+    def __init__(
+        self, app: AppState, job_id: uuid.UUID, cursor: int, last_seq: int, stop: Stop, live: bool
+    ) -> None:
+        self._app = app
+        self._job_id = job_id
+        self._cursor = cursor
+        self._last_seq = last_seq
+        self._stop = stop
+        self._live = live
+        self._sub: Subscription | None = None
+        self._tail: Tail | None = None
+        self._ended = False
+
+    def __aiter__(self) -> _Frames:
+        return self
+
+    async def __anext__(self) -> bytes:
+        tail = self._tail
+        if tail is None:
+            return await self._start()
+        if self._ended:
+            raise StopAsyncIteration
+        try:
+            batch = await tail.next()
+        except SubscriptionClosed:
+            batch = []
+        if not batch:
+            self._ended = True
+            raise StopAsyncIteration
+        self._ended = tail.finished(batch)
+        # One chunk per batch: a replay of a thousand events is one write, not a thousand.
+        return b"".join([event.sse_frame() for event in batch])
+
+    async def _start(self) -> bytes:
         app = self._app
         # Subscribe before the first read: see Tail.
-        sub = await app.hub.subscribe(self._job_id, closed=self._stop) if self._live else None
-        try:
-            yield sse.retry(app.settings.sse_retry_ms)
-            tail = Tail(
-                app.pool, self._job_id, self._cursor, subscription=sub, last_seq=self._last_seq
-            )
-            while batch := await tail.next():
-                # One chunk per batch: a replay of a thousand events is one write, not a thousand.
-                yield b"".join([event.sse_frame() for event in batch])
-                if tail.finished(batch):
-                    return
-        except SubscriptionClosed:
-            return  # cut off, or the server is stopping: the client resumes from its last id
-        finally:
-            if sub is not None:
-                sub.close()
+        if self._live:
+            self._sub = await app.hub.subscribe(self._job_id, closed=self._stop)
+        self._tail = Tail(
+            app.pool, self._job_id, self._cursor, subscription=self._sub, last_seq=self._last_seq
+        )
+        return sse.retry(app.settings.sse_retry_ms)
+
+    async def aclose(self) -> None:
+        self._ended = True
+        if self._sub is not None:
+            self._sub.close()
 
 
 async def _poll(
