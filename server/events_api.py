@@ -120,7 +120,12 @@ def _wait(request: Request) -> float:
 
 
 class _Stream(Response):
-    """The SSE response, built once the request is known to be valid (so errors stay JSON)."""
+    """The SSE response, built once the request is known to be valid (so errors stay JSON), and
+    its own body: the `retry` frame, then one chunk a batch the tail gives, until the log's
+    `done` or the end of the subscription (cut off, or the server stopping: the client resumes
+    from its last id). The body is an iterator of its own rather than an async generator: a
+    live stream resumes through it for every batch, twenty times a second with 1,000 streams,
+    and a generator's resume and suspend cost a fifth more (bench.sse_fanout_cost)."""
 
     def __init__(  # no super().__init__: nothing of a buffered Response applies to a stream
         self, app: AppState, job_id: uuid.UUID, cursor: int, last_seq: int, live: bool
@@ -133,42 +138,23 @@ class _Stream(Response):
         # A live stream ends when its subscription does (cut off, or the server stopping); a
         # replay of a finished job follows nothing, so it ends when the server stops.
         self._stop: Stop = Flag() if live else app.hub.stopping
+        self._sub: Subscription | None = None
+        self._tail: Tail | None = None  # once the body has started
+        self._ended = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         settings = self._app.settings
         response = EventStream(
-            _Frames(self._app, self._job_id, self._cursor, self._last_seq, self._stop, self._live),
+            self,
             heartbeat_s=settings.sse_heartbeat_s,
             stop=self._stop,
             send_timeout_s=settings.sse_send_timeout_s,
         )
         await self._app.serve_stream(response, scope, receive, send)
 
+    # --- the body ---
 
-class _Frames:
-    """The stream's body: the `retry` frame, then one chunk a batch the tail gives, until the
-    log's `done` or the end of the subscription (cut off, or the server stopping: the client
-    resumes from its last id). An iterator of its own rather than an async generator: a live
-    stream resumes through it for every batch, twenty times a second with 1,000 streams, and
-    a generator's resume and suspend cost a fifth more (bench.sse_fanout_cost)."""
-
-    __slots__ = ("_app", "_cursor", "_ended", "_job_id", "_last_seq", "_live", "_stop", "_sub",
-                 "_tail")  # fmt: skip
-
-    def __init__(
-        self, app: AppState, job_id: uuid.UUID, cursor: int, last_seq: int, stop: Stop, live: bool
-    ) -> None:
-        self._app = app
-        self._job_id = job_id
-        self._cursor = cursor
-        self._last_seq = last_seq
-        self._stop = stop
-        self._live = live
-        self._sub: Subscription | None = None
-        self._tail: Tail | None = None
-        self._ended = False
-
-    def __aiter__(self) -> _Frames:
+    def __aiter__(self) -> _Stream:
         return self
 
     async def __anext__(self) -> bytes:
