@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncGenerator
 
 import orjson
 from starlette.responses import Response
@@ -20,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 from jobstream import sse
 from server.event_stream import EventStream
 from server.state import AppState
-from server.subscription import SubscriptionClosed
+from server.subscription import Subscription, SubscriptionClosed
 from server.tail import Tail
 from server.v1.mapping import ResponseEvent, ResponseEvents
 from server.v1.objects import Head
@@ -39,41 +38,58 @@ class ResponseStream(Response):
         starting_after: int = -1,
     ) -> None:
         self._app = app
-        self._head = head
         self._job_id: uuid.UUID = head.job_id
         self._last_seq = last_seq
         self._live = live
-        self._after = starting_after
         # As for /api/jobs/{id}/events: a live stream ends with its subscription; a replay of a
         # finished job follows nothing and ends when the server stops.
         self._stop = asyncio.Event() if live else app.hub.stopping
+        self._sub: Subscription | None = None
+        self._tail: Tail | None = None  # once the body has started
+        self._told = ResponseEvents(head, starting_after=starting_after)
+        self._ended = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = EventStream(
-            self._body(), heartbeat_s=self._app.settings.sse_heartbeat_s, stop=self._stop
-        )
+        heartbeat_s = self._app.settings.sse_heartbeat_s
+        response = EventStream(self, heartbeat_s=heartbeat_s, stop=self._stop)
         await self._app.serve_stream(response, scope, receive, send)
 
-    async def _body(self) -> AsyncGenerator[bytes, None]:
+    # --- the body: an iterator of its own, as /api's streams (server/events_api.py says why) ---
+
+    def __aiter__(self) -> ResponseStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        tail = self._tail or await self._start()
+        while not self._ended:
+            try:
+                batch = await tail.next()
+            except SubscriptionClosed:
+                batch = []  # cut off, or the server is stopping: the client resumes
+            if not batch:
+                break
+            frames = [_frame(out) for event in batch for out in self._told.feed(event)]
+            self._ended = self._told.ended or tail.finished(batch)
+            if frames:
+                return b"".join(frames)  # one write per batch, as for /api's streams
+        self._ended = True
+        raise StopAsyncIteration
+
+    async def _start(self) -> Tail:
         app = self._app
         # Subscribe before the first read: see Tail.
-        sub = await app.hub.subscribe(self._job_id, closed=self._stop) if self._live else None
-        try:
-            # From the log's start whatever the cursor: an event's numbering depends on what
-            # came before it (mapping.py).
-            tail = Tail(app.pool, self._job_id, 0, subscription=sub, last_seq=self._last_seq)
-            told = ResponseEvents(self._head, starting_after=self._after)
-            while batch := await tail.next():
-                frames = [_frame(out) for event in batch for out in told.feed(event)]
-                if frames:
-                    yield b"".join(frames)  # one write per batch, as for /api's streams
-                if told.ended or tail.finished(batch):
-                    return
-        except SubscriptionClosed:
-            return  # cut off, or the server is stopping: the client resumes with starting_after
-        finally:
-            if sub is not None:
-                sub.close()
+        if self._live:
+            self._sub = await app.hub.subscribe(self._job_id, closed=self._stop)
+        # From the log's start whatever the cursor: an event's numbering depends on what came
+        # before it (mapping.py).
+        tail = Tail(app.pool, self._job_id, 0, subscription=self._sub, last_seq=self._last_seq)
+        self._tail = tail
+        return tail
+
+    async def aclose(self) -> None:
+        self._ended = True
+        if self._sub is not None:
+            self._sub.close()
 
 
 def _frame(event: ResponseEvent) -> bytes:
