@@ -14,8 +14,8 @@
 
 BENCH_SCALE_STREAMS (default 50,200,1000) lists the stream counts of (2), each run in turn;
 BENCH_SCALE_WORKERS (default 1) the worker processes that share them; BENCH_SCALE_REPEATS
-(default 1) how many times the whole is run, interleaved, with min / median / max at the end
-(this machine's run-to-run spread is wide: p50 66-110 ms at 1,000 streams for one commit).
+(default 1) how many times the whole is run over, with min / median / max at the end (this
+machine's run-to-run spread is wide: p50 66-110 ms at 1,000 streams for one commit).
 Figures are printed, never asserted.
 """
 
