@@ -62,17 +62,9 @@ class Subscription:
         self._wake()
         return True
 
-    async def get(self) -> list[Event]:
-        """Everything buffered, waiting for at least one event.
-
-        Buffered events are handed out even after a close; then SubscriptionClosed.
-        """
-        while not (batch := self.take()):
-            await self.arrival()
-        return batch
-
     def take(self) -> list[Event]:
-        """Everything buffered, [] if nothing is; SubscriptionClosed once closed and drained."""
+        """Everything buffered, [] if nothing is (wait on `arrival`, then take again). Buffered
+        events are handed out even after a close; then SubscriptionClosed."""
         batch = self._events
         if batch:
             self._events = []

@@ -21,23 +21,30 @@ def subscription(limit: int, released: list[Subscription]) -> Subscription:
     return Subscription(uuid.uuid4(), limit, released.append)
 
 
+async def get(sub: Subscription) -> list[Event]:
+    """Everything buffered, waiting for at least one event: how the tail reads (server/tail.py)."""
+    while not (batch := sub.take()):
+        await sub.arrival()
+    return batch
+
+
 async def test_batches_arrive_in_order_and_wake_the_reader() -> None:
     sub = subscription(10, [])
-    reader = asyncio.create_task(sub.get())
+    reader = asyncio.create_task(get(sub))
     await asyncio.sleep(0)  # one turn of the loop: the reader runs until it waits
     assert not reader.done()  # parked on an empty buffer, so the offer below must wake it
     assert sub.offer(events(1, 2))
     assert [e.seq for e in await reader] == [1, 2]
     sub.offer(events(3))
     sub.offer(events(4))
-    assert [e.seq for e in await sub.get()] == [3, 4]
+    assert [e.seq for e in await get(sub)] == [3, 4]
 
 
 async def test_an_offer_past_the_limit_is_refused_whole() -> None:
     sub = subscription(3, [])
     assert sub.offer(events(1, 2))
     assert not sub.offer(events(3, 4))
-    assert [e.seq for e in await sub.get()] == [1, 2]
+    assert [e.seq for e in await get(sub)] == [1, 2]
 
 
 async def test_close_wakes_the_reader_after_what_was_buffered_and_releases_once() -> None:
@@ -47,9 +54,9 @@ async def test_close_wakes_the_reader_after_what_was_buffered_and_releases_once(
     sub.close("overflow")
     sub.close()
     assert sub.closed.is_set() and released == [sub]
-    assert [e.seq for e in await sub.get()] == [1]
+    assert [e.seq for e in await get(sub)] == [1]
     with pytest.raises(SubscriptionClosed) as closed:
-        await sub.get()
+        await get(sub)
     assert closed.value.reason == "overflow"
 
 
@@ -77,8 +84,8 @@ async def test_a_wait_cut_short_leaves_the_next_wait_working() -> None:
     sub = subscription(10, [])
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.01):
-            await sub.get()
-    reader = asyncio.create_task(sub.get())
+            await get(sub)
+    reader = asyncio.create_task(get(sub))
     await asyncio.sleep(0)
     assert not reader.done()
     sub.offer(events(1))
