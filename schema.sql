@@ -62,7 +62,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     -- tenant_jobs, not here (tenant_jobs says why).
     idempotency_key     text,
     -- sha256 of the canonical request body: same key + same hash = the same job. '' for a job
-    -- made without a key, whose body nothing compares (jobstream/creates.py, NewJob).
+    -- made without a key, whose body nothing compares (jobstream/new_jobs.py, NewJob).
     request_hash        text NOT NULL,
     status              text NOT NULL DEFAULT 'queued' CHECK (status IN
                           ('queued', 'running', 'cancelling', 'succeeded', 'failed', 'cancelled', 'dead')),

@@ -15,10 +15,7 @@ import structlog
 from jobstream.allowances import Allowance
 from jobstream.clock import Clock
 from jobstream.db import Conn
-from jobstream.errors import (
-    IdempotencyConflict,
-    JobstreamError,
-)
+from jobstream.errors import IdempotencyConflict, JobstreamError
 from jobstream.job_ids import new_ids
 from jobstream.jobspec import JobSpec
 from jobstream.new_jobs import Created, NewJob, Refusal, insert_args

@@ -15,6 +15,9 @@ import time
 from collections.abc import Callable
 
 _BLOCK = hashlib.sha256().block_size  # 64 bytes: HMAC pads or hashes its key to this
+# RFC 2104's inner and outer pads, as translation tables of the padded key's bytes.
+_IPAD = bytes(x ^ 0x36 for x in range(256))
+_OPAD = bytes(x ^ 0x5C for x in range(256))
 
 
 class StreamTokens:
@@ -29,8 +32,8 @@ class StreamTokens:
         if len(key) > _BLOCK:
             key = hashlib.sha256(key).digest()
         key = key.ljust(_BLOCK, b"\0")
-        self._inner = hashlib.sha256(key.translate(hmac.trans_36))
-        self._outer = hashlib.sha256(key.translate(hmac.trans_5C))
+        self._inner = hashlib.sha256(key.translate(_IPAD))
+        self._outer = hashlib.sha256(key.translate(_OPAD))
         self._ttl_s = ttl_s
         self._now = now
 
