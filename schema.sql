@@ -1,7 +1,8 @@
 -- jobstream schema: the single source of truth for the data model (DESIGN.md §3).
 -- A fresh database gets this file whole; an older one gets the migrations/ after its recorded
--- version (jobstream/migrations.py, docs/operations.md). Change both together: a test checks
--- that the migrations lead to exactly this schema.
+-- version and then the routines at the end of this file (jobstream/migrations.py,
+-- docs/architecture.md). Change a table in both: a test checks that the migrations lead to
+-- exactly this schema.
 -- schema-version: 12
 
 CREATE TABLE IF NOT EXISTS schema_version (
@@ -43,14 +44,6 @@ CREATE TABLE IF NOT EXISTS tenant_ledger (
     spent_usd    numeric(18, 8) NOT NULL DEFAULT 0 CHECK (spent_usd >= 0),
     PRIMARY KEY (tenant_id, shard)
 );
-
--- What a person (and a test) asks of a tenant's money.
-CREATE OR REPLACE VIEW tenant_balances AS
-SELECT t.id AS tenant_id, t.budget_usd,
-       coalesce(sum(l.reserved_usd), 0)::numeric(18, 8) AS reserved_usd,
-       coalesce(sum(l.spent_usd), 0)::numeric(18, 8) AS spent_usd
-  FROM tenants t LEFT JOIN tenant_ledger l ON l.tenant_id = t.id
- GROUP BY t.id, t.budget_usd;
 
 CREATE TABLE IF NOT EXISTS jobs (
     id                  uuid PRIMARY KEY,
@@ -129,30 +122,6 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_runnable_idx
     ON jobs (tenant_id, provider, priority, run_after, created_at)
     WHERE status = 'queued';
--- The queues: the distinct (tenant, provider, priority) of queued jobs, found by skipping
--- through jobs_runnable_idx one queue at a time (a loose index scan: one descent per queue,
--- never a read of the jobs inside), so its cost grows with the number of queues, not of jobs.
--- Read by every claim (claim_jobs below, its steps 1 and 2).
-CREATE OR REPLACE VIEW job_queues AS
-WITH RECURSIVE queues AS (
-    (SELECT tenant_id, provider, priority
-       FROM jobs
-      WHERE status = 'queued'
-      ORDER BY tenant_id, provider, priority
-      LIMIT 1)
-    UNION ALL
-    SELECT next.tenant_id, next.provider, next.priority
-      FROM queues q
-     CROSS JOIN LATERAL (
-           SELECT tenant_id, provider, priority
-             FROM jobs
-            WHERE status = 'queued'
-              AND (tenant_id, provider, priority) > (q.tenant_id, q.provider, q.priority)
-            ORDER BY tenant_id, provider, priority
-            LIMIT 1) next
-)
-SELECT tenant_id, provider, priority FROM queues;
-
 -- Leases that may have expired (the reaper), and a tenant's running jobs (its running limit).
 CREATE INDEX IF NOT EXISTS jobs_leased_idx ON jobs (lease_until)
     WHERE status IN ('running', 'cancelling');
@@ -226,23 +195,6 @@ CREATE TABLE IF NOT EXISTS job_events (
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (job_id, seq)
 );
-
--- A job's log as readers see it (EVENTS_AFTER, EVENTS_AFTER_MANY). A log opens with the job's
--- `queued` status at seq 1, and for a job INSERT_JOBS made that event has no row: it is the same
--- for every job and is read from the job. Its row was a heap tuple and a key entry beside the
--- job's for every create: 5-13 % of the backend's CPU for a batch of 1,000 (3-9 ms of 54-75).
--- It is given while the stored log starts at seq 2 or is empty: a log that stores its seq 1
--- (made before schema version 7, or an operator's retry, whose `queued` names the dead job) is
--- read as stored, and one whose head was deleted still starts past the gap, so its readers are
--- told to resync. With the seq bounded past 1 (every read but the first of a stream),
--- PostgreSQL drops the second branch at plan time.
-CREATE OR REPLACE VIEW job_log AS
-SELECT job_id, seq, attempt, type, data, created_at
-  FROM job_events
- UNION ALL
-SELECT j.id, 1::bigint, 0, 'status'::text, '{"status": "queued"}'::jsonb, j.created_at
-  FROM jobs j
- WHERE coalesce((SELECT min(e.seq) FROM job_events e WHERE e.job_id = j.id), 2) = 2;
 
 -- Provider-wide coordination across every worker: claims for a provider with a concurrency
 -- limit lock its row (claim_jobs below), and a 429 pauses it.
@@ -330,6 +282,78 @@ CREATE TABLE IF NOT EXISTS metric_totals (
 -- create's upsert walked the dead ones: 0.6 ms a create (bench.jobstream_side.enqueue_direct,
 -- 1,000 creates: 2.2 s at fillfactor 100, 1.5 s at 10).
 WITH (fillfactor = 10);
+
+-- A row of claim_jobs' answer (below). A type is data, not a routine: migrations create and
+-- change it as they do tables.
+CREATE TYPE claimed_job AS (
+    id                 uuid,
+    tenant_id          text,
+    attempts           integer,
+    uncounted_attempts integer,
+    max_attempts       integer,
+    run_token          uuid,
+    provider           text,
+    payload            jsonb,
+    last_seq           bigint
+);
+
+INSERT INTO schema_version (version) VALUES (12) ON CONFLICT (version) DO NOTHING;
+
+-- routines: every function, aggregate and view. A fresh database runs this file whole; after
+-- migrations, jobstream/migrations.py runs again what follows this line (every statement is
+-- CREATE OR REPLACE), so a routine lives here alone and no migration copies it. Changing one
+-- bumps the schema version (its migration may hold only a comment) so that databases get it;
+-- a change CREATE OR REPLACE cannot make (a view's columns, a function's arguments or result)
+-- needs that migration to DROP the old one first.
+
+-- What a person (and a test) asks of a tenant's money.
+CREATE OR REPLACE VIEW tenant_balances AS
+SELECT t.id AS tenant_id, t.budget_usd,
+       coalesce(sum(l.reserved_usd), 0)::numeric(18, 8) AS reserved_usd,
+       coalesce(sum(l.spent_usd), 0)::numeric(18, 8) AS spent_usd
+  FROM tenants t LEFT JOIN tenant_ledger l ON l.tenant_id = t.id
+ GROUP BY t.id, t.budget_usd;
+
+-- The queues: the distinct (tenant, provider, priority) of queued jobs, found by skipping
+-- through jobs_runnable_idx one queue at a time (a loose index scan: one descent per queue,
+-- never a read of the jobs inside), so its cost grows with the number of queues, not of jobs.
+-- Read by every claim (claim_jobs below, its steps 1 and 2).
+CREATE OR REPLACE VIEW job_queues AS
+WITH RECURSIVE queues AS (
+    (SELECT tenant_id, provider, priority
+       FROM jobs
+      WHERE status = 'queued'
+      ORDER BY tenant_id, provider, priority
+      LIMIT 1)
+    UNION ALL
+    SELECT next.tenant_id, next.provider, next.priority
+      FROM queues q
+     CROSS JOIN LATERAL (
+           SELECT tenant_id, provider, priority
+             FROM jobs
+            WHERE status = 'queued'
+              AND (tenant_id, provider, priority) > (q.tenant_id, q.provider, q.priority)
+            ORDER BY tenant_id, provider, priority
+            LIMIT 1) next
+)
+SELECT tenant_id, provider, priority FROM queues;
+
+-- A job's log as readers see it (EVENTS_AFTER, EVENTS_AFTER_MANY). A log opens with the job's
+-- `queued` status at seq 1, and for a job INSERT_JOBS made that event has no row: it is the same
+-- for every job and is read from the job. Its row was a heap tuple and a key entry beside the
+-- job's for every create: 5-13 % of the backend's CPU for a batch of 1,000 (3-9 ms of 54-75).
+-- It is given while the stored log starts at seq 2 or is empty: a log that stores its seq 1
+-- (made before schema version 7, or an operator's retry, whose `queued` names the dead job) is
+-- read as stored, and one whose head was deleted still starts past the gap, so its readers are
+-- told to resync. With the seq bounded past 1 (every read but the first of a stream),
+-- PostgreSQL drops the second branch at plan time.
+CREATE OR REPLACE VIEW job_log AS
+SELECT job_id, seq, attempt, type, data, created_at
+  FROM job_events
+ UNION ALL
+SELECT j.id, 1::bigint, 0, 'status'::text, '{"status": "queued"}'::jsonb, j.created_at
+  FROM jobs j
+ WHERE coalesce((SELECT min(e.seq) FROM job_events e WHERE e.job_id = j.id), 2) = 2;
 
 -- Histograms: arrays of cumulative counts, one per bound of DURATION_BUCKETS (jobstream/types.py,
 -- whose test reads these two functions). Both are one plain expression, so PostgreSQL inlines
@@ -480,18 +504,6 @@ $$;
 --      (tests/integration/test_claims.py).
 -- The worker's NOTIFY for the attempts' opened logs follows in a statement of its own, after
 -- this call's commit.
-CREATE TYPE claimed_job AS (
-    id                 uuid,
-    tenant_id          text,
-    attempts           integer,
-    uncounted_attempts integer,
-    max_attempts       integer,
-    run_token          uuid,
-    provider           text,
-    payload            jsonb,
-    last_seq           bigint
-);
-
 CREATE OR REPLACE FUNCTION claim_jobs(
     unlimited text[], worker text, lease_s float8, at_time timestamptz, limited text[],
     limits integer[], skipped text[], max_jobs integer
@@ -706,5 +718,3 @@ BEGIN
     RETURN QUERY SELECT * FROM unnest(taken);
 END
 $$;
-
-INSERT INTO schema_version (version) VALUES (12) ON CONFLICT (version) DO NOTHING;

@@ -39,22 +39,5 @@ SELECT id, 0, spent_usd FROM tenants WHERE spent_usd > 0
 ON CONFLICT (tenant_id, shard) DO UPDATE SET spent_usd = EXCLUDED.spent_usd;
 ALTER TABLE tenants DROP COLUMN IF EXISTS reserved_usd, DROP COLUMN IF EXISTS spent_usd;
 
-CREATE OR REPLACE VIEW tenant_balances AS
-SELECT t.id AS tenant_id, t.budget_usd,
-       coalesce(sum(l.reserved_usd), 0)::numeric(18, 8) AS reserved_usd,
-       coalesce(sum(l.spent_usd), 0)::numeric(18, 8) AS spent_usd
-  FROM tenants t LEFT JOIN tenant_ledger l ON l.tenant_id = t.id
- GROUP BY t.id, t.budget_usd;
-
--- The body of a job's terminal webhook, built from its final row; its timestamp is the job's end,
--- so a retried delivery sends the same bytes. Used by every statement that ends a job.
-CREATE OR REPLACE FUNCTION job_webhook_payload(
-    id uuid, status text, attempts integer, finished_at timestamptz, result jsonb, error jsonb
-) RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
-    SELECT jsonb_build_object(
-        'type', 'job.' || status,
-        'timestamp', to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-        'data', jsonb_build_object('id', id, 'status', status, 'attempts', attempts)
-                || CASE WHEN status = 'succeeded' THEN jsonb_build_object('result', result)
-                        ELSE jsonb_build_object('error', error) END)
-$$;
+-- Routines live in schema.sql alone: tenant_balances and job_webhook_payload, which this version
+-- brought, are there, and jobstream/migrations.py runs them after the migrations.

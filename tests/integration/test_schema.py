@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -97,6 +98,39 @@ async def test_migrations_from_version_1_lead_to_exactly_schema_sql(
         assert migrated == await catalog(fresh)
     assert money is not None and (money["reserved_usd"], money["spent_usd"]) == (0.5, 2)
     assert [tuple(r) for r in listed] == [("default", job_id, "k")]
+
+
+def test_no_migration_makes_a_routine() -> None:
+    # Routines live in schema.sql alone and run after the migrations: a migration's own copy
+    # would be a second text to keep in step (a migration's temporary helper, in pg_temp, is its
+    # own business).
+    routine = re.compile(
+        r"CREATE\s+(OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE|AGGREGATE|VIEW|TRIGGER)\s+(?!pg_temp\.)",
+        re.IGNORECASE,
+    )
+    made = {m.path.name: routine.findall(m.path.read_text()) for m in migrations.migrations()}
+    assert {name: found for name, found in made.items() if found} == {}
+
+
+def test_every_routine_follows_the_routines_line() -> None:
+    schema = migrations.load_schema()
+    before, after = schema[: -len(migrations.routines(schema))], migrations.routines(schema)
+    kinds = r"(FUNCTION|PROCEDURE|AGGREGATE|VIEW|TRIGGER)"
+    assert re.search(rf"CREATE\s+(OR\s+REPLACE\s+)?{kinds}", before, re.IGNORECASE) is None
+    # Each one safe to run again on a database that has it.
+    statements = re.findall(rf"^CREATE\s+(?:OR\s+REPLACE\s+)?{kinds}", after, re.MULTILINE)
+    assert statements and re.findall(r"^CREATE OR REPLACE", after, re.MULTILINE) == [
+        "CREATE OR REPLACE"
+    ] * len(statements)
+
+
+async def test_the_routines_run_again_on_a_current_database_change_nothing(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        before = await catalog(conn)
+        await conn.execute(migrations.routines(migrations.load_schema()))
+        assert await catalog(conn) == before
 
 
 async def test_a_current_schema_takes_no_lock_so_start_up_never_waits_for_workers(
