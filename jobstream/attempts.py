@@ -243,24 +243,31 @@ async def reap_expired(pool: asyncpg.Pool, clock: Clock, batch: int = 50) -> int
             expired = {"class": "lost", "message": "lease expired: the worker stopped renewing it"}
             await _finish_attempt(conn, job_id, attempt, "lost", clock, error=expired)
             lost = {"class": "lost", "message": "the worker stopped renewing its lease"}
+            # The statements its worker would have run, fenced on its token: SELECT_EXPIRED's
+            # lock keeps that current, so each finds its row.
+            token = job["run_token"]
             if job["status"] == "cancelling":
+                ended = await conn.fetchrow(queries.CONFIRM_CANCEL, job_id, token, clock.now())
                 cancelled = {"class": "cancelled", "message": "cancelled while running"}
-                await conn.execute(
-                    queries.REAP_TO_TERMINAL, job_id, "cancelled", cancelled, clock.now()
-                )
                 new = [NewEvent("done", {"status": "cancelled", "error": cancelled})]
             elif attempt - job["uncounted_attempts"] >= job["max_attempts"]:
-                await conn.execute(queries.REAP_TO_TERMINAL, job_id, "dead", lost, clock.now())
+                ended = await conn.fetchrow(
+                    queries.FAIL_JOB, job_id, token, "dead", lost, clock.now()
+                )
                 new = [
                     NewEvent("attempt_error", lost),
                     NewEvent("done", {"status": "dead", "error": lost}),
                 ]
             else:
-                await conn.execute(queries.REAP_TO_QUEUE, job_id, lost, clock.now())
+                ended = await conn.fetchrow(
+                    queries.REQUEUE_JOB, job_id, token, 0.0, lost, clock.now(), 0
+                )
                 new = [
                     NewEvent("attempt_error", lost),
                     NewEvent("status", {"status": "queued", "error": lost}),
                 ]
+            if ended is None:
+                raise Fenced(f"job {job_id}: its expired attempt changed under the reaper's lock")
             if new[-1].type == "done":
                 await ledger.release(conn, job_id)
                 await outbox.record_end(conn, job_id)
@@ -270,7 +277,7 @@ async def reap_expired(pool: asyncpg.Pool, clock: Clock, batch: int = 50) -> int
                 "lease_expired",
                 job_id=str(job_id),
                 attempt=attempt,
-                run_token=str(job["run_token"]),
+                run_token=str(token),
                 lost_worker_id=job["worker_id"],
                 status=status,
             )

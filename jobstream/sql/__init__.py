@@ -80,8 +80,6 @@ class Queries:
     # leases.sql
     RENEW_LEASES: str
     SELECT_EXPIRED: str
-    REAP_TO_QUEUE: str
-    REAP_TO_TERMINAL: str
     # ledger.sql
     RELEASE_RESERVATION: str
     # metrics.sql

@@ -114,7 +114,8 @@ WITH input AS (
 SELECT id, last_seq FROM done
 
 -- name: REQUEUE_JOB
--- Back to the queue for another attempt. run_token is cleared so the old attempt is fenced out.
+-- Back to the queue for another attempt (a retry, a hand-back, the reaper's lost attempt).
+-- run_token is cleared so the old attempt is fenced out.
 UPDATE jobs
    SET status = 'queued',
        run_after = coalesce($5::timestamptz, statement_timestamp()) + make_interval(secs => $3),
@@ -125,7 +126,7 @@ UPDATE jobs
 RETURNING *, pg_notify('jobstream_jobs', provider)
 
 -- name: FAIL_JOB
--- A terminal failure (`failed` or `dead`).
+-- A terminal failure (`failed`, or `dead`: by the worker or the reaper).
 UPDATE jobs
    SET status = $3, error = $4,
        finished_at = coalesce($5::timestamptz, statement_timestamp()),
@@ -135,6 +136,7 @@ UPDATE jobs
 RETURNING *
 
 -- name: CONFIRM_CANCEL
+-- A cancel done: the worker stopped its attempt, or the reaper found it gone.
 UPDATE jobs
    SET status = 'cancelled',
        finished_at = coalesce($3::timestamptz, statement_timestamp()),

@@ -38,7 +38,9 @@ SELECT m.run_token, r.status, r.cancel_requested_at
   LEFT JOIN renewed r ON r.id = m.id
 
 -- name: SELECT_EXPIRED
--- Leases that ran out: their worker died or lost the database. Locked one batch at a time.
+-- Leases that ran out: their worker died or lost the database. Locked one batch at a time; the
+-- reaper then ends each attempt as its worker would have, through the fenced statements of
+-- attempts.sql with the run token read here (the lock keeps it current).
 SELECT *
   FROM jobs
  WHERE status IN ('running', 'cancelling')
@@ -46,23 +48,3 @@ SELECT *
  ORDER BY lease_until
  LIMIT $2
    FOR UPDATE SKIP LOCKED
-
--- name: REAP_TO_QUEUE
--- Reaping, by the reaper that holds the row lock from SELECT_EXPIRED (so no fence is needed).
-UPDATE jobs
-   SET status = 'queued',
-       run_after = coalesce($3::timestamptz, statement_timestamp()),
-       run_token = NULL, lease_until = NULL, worker_id = NULL, error = $2,
-       updated_at = coalesce($3::timestamptz, statement_timestamp())
- WHERE id = $1
-RETURNING *, pg_notify('jobstream_jobs', provider)
-
--- name: REAP_TO_TERMINAL
--- The same, when the job has no attempt left or was being cancelled.
-UPDATE jobs
-   SET status = $2, error = $3,
-       finished_at = coalesce($4::timestamptz, statement_timestamp()),
-       updated_at = coalesce($4::timestamptz, statement_timestamp()),
-       lease_until = NULL
- WHERE id = $1
-RETURNING *
