@@ -145,15 +145,24 @@ SELECT deleted_at FROM job_tombstones WHERE id = $1 AND ($2::text IS NULL OR ten
 
 -- name: FOLD_METRIC_TOTALS
 -- The counters of backends that are gone move to backend 0, so that the table keeps a row per
--- live backend. A backend that reused a pid meanwhile may be writing its row: the DELETE waits
--- for its commit and folds what it wrote, and its next write makes a new row.
+-- live backend: their rows and backend 0's of the same providers are deleted, and one row a
+-- provider, their sums, takes their place. Nothing but this statement writes backend 0, and
+-- only the janitor, under its lock, runs it: an insert, not an upsert. A backend that reused a
+-- pid meanwhile may be writing its row: the DELETE waits for its commit and folds what it
+-- wrote, and its next write makes a new row.
 WITH gone AS (
     DELETE FROM metric_totals t
      WHERE t.backend <> 0
        AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = t.backend)
     RETURNING t.*
+), folded AS (
+    DELETE FROM metric_totals t
+     WHERE t.backend = 0 AND t.provider IN (SELECT provider FROM gone)
+    RETURNING t.*
+), sums AS (
+    SELECT * FROM gone UNION ALL SELECT * FROM folded
 )
-INSERT INTO metric_totals AS m (
+INSERT INTO metric_totals (
     backend, provider, jobs_created, jobs_accepted, charged_usd, attempts_started, retries,
     succeeded, failed, unknown, cancelled, lost, interrupted, cost_usd, cost_unknown,
     events_ended, queue_wait_counts, queue_wait_s, run_counts, run_s, jobs_compacted,
@@ -164,28 +173,5 @@ SELECT 0, provider, sum(jobs_created), sum(jobs_accepted), sum(charged_usd),
        sum(events_ended), sum_counts(queue_wait_counts), sum(queue_wait_s),
        sum_counts(run_counts), sum(run_s), sum(jobs_compacted), sum(events_compacted),
        sum(jobs_deleted), sum(rows_deleted)
-  FROM gone
+  FROM sums
  GROUP BY provider
-ON CONFLICT (backend, provider) DO UPDATE
-   SET jobs_created = m.jobs_created + EXCLUDED.jobs_created,
-       jobs_accepted = m.jobs_accepted + EXCLUDED.jobs_accepted,
-       charged_usd = m.charged_usd + EXCLUDED.charged_usd,
-       attempts_started = m.attempts_started + EXCLUDED.attempts_started,
-       retries = m.retries + EXCLUDED.retries,
-       succeeded = m.succeeded + EXCLUDED.succeeded,
-       failed = m.failed + EXCLUDED.failed,
-       unknown = m.unknown + EXCLUDED.unknown,
-       cancelled = m.cancelled + EXCLUDED.cancelled,
-       lost = m.lost + EXCLUDED.lost,
-       interrupted = m.interrupted + EXCLUDED.interrupted,
-       cost_usd = m.cost_usd + EXCLUDED.cost_usd,
-       cost_unknown = m.cost_unknown + EXCLUDED.cost_unknown,
-       events_ended = m.events_ended + EXCLUDED.events_ended,
-       queue_wait_counts = add_counts(m.queue_wait_counts, EXCLUDED.queue_wait_counts),
-       queue_wait_s = m.queue_wait_s + EXCLUDED.queue_wait_s,
-       run_counts = add_counts(m.run_counts, EXCLUDED.run_counts),
-       run_s = m.run_s + EXCLUDED.run_s,
-       jobs_compacted = m.jobs_compacted + EXCLUDED.jobs_compacted,
-       events_compacted = m.events_compacted + EXCLUDED.events_compacted,
-       jobs_deleted = m.jobs_deleted + EXCLUDED.jobs_deleted,
-       rows_deleted = m.rows_deleted + EXCLUDED.rows_deleted

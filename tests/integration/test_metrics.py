@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from decimal import Decimal
 
 import asyncpg
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobstream import pauses
+from jobstream import pauses, retention
 from jobstream.clock import DatabaseClock
 from jobstream.settings import Settings
 from tests.support.sse_client import read_stream
@@ -91,3 +92,23 @@ async def test_notification_lag_is_measured_for_events_read_live(
     assert values[("jobstream_hub_reads_total", ())] >= count
     # Loopback, one machine: live reads land well within a second of their commit.
     assert values[("jobstream_notification_lag_seconds_bucket", (("le", "1"),))] >= 1
+
+
+async def test_counters_of_backends_that_are_gone_fold_into_one_row(pool: asyncpg.Pool) -> None:
+    await pool.execute(
+        "INSERT INTO metric_totals (backend, provider, jobs_created, cost_usd, run_counts)"
+        " VALUES (0, 'p', 1, 0.5, '{1,1,1,1,1,1,1,1,1,1,1,1,1}'),"
+        " (-1, 'p', 2, 0.25, '{0,0,0,0,0,0,0,0,0,0,0,1,1}'), (-2, 'p', 3, 0, NULL),"
+        " (0, 'q', 7, 0, NULL), (-1, 'r', 4, 0, NULL)"
+    )
+    async with pool.acquire() as conn:
+        assert await retention.fold_counters(conn) == 2  # p and r: nothing of q's is gone
+    rows = await pool.fetch(
+        "SELECT * FROM metric_totals WHERE provider IN ('p', 'q', 'r') ORDER BY provider"
+    )
+    assert [(r["backend"], r["provider"], r["jobs_created"], r["cost_usd"]) for r in rows] == [
+        (0, "p", 6, Decimal("0.75")),
+        (0, "q", 7, Decimal(0)),
+        (0, "r", 4, Decimal(0)),
+    ]
+    assert rows[0]["run_counts"] == [1] * 11 + [2, 2]

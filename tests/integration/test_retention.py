@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 import asyncpg
@@ -299,21 +298,6 @@ async def test_counters_keep_their_values_when_history_is_deleted(
         3 + 3 + 4 + (22 - 1 - 11) + 2 * 5
     )
     assert after[("jobstream_janitor_lag_seconds", (("stage", "delete"),))] == 0
-
-
-async def test_counters_of_backends_that_are_gone_fold_into_one_row(pool: asyncpg.Pool) -> None:
-    await pool.execute(
-        "INSERT INTO metric_totals (backend, provider, jobs_created, cost_usd, run_counts)"
-        " VALUES (0, 'p', 1, 0.5, '{1,1,1,1,1,1,1,1,1,1,1,1,1}'),"
-        " (-1, 'p', 2, 0.25, '{0,0,0,0,0,0,0,0,0,0,0,1,1}'), (-2, 'p', 3, 0, NULL)"
-    )
-    async with pool.acquire() as conn:
-        assert await retention.fold_counters(conn) == 1
-    rows = await pool.fetch("SELECT * FROM metric_totals WHERE provider = 'p'")
-    assert [(r["backend"], r["jobs_created"], r["cost_usd"]) for r in rows] == [
-        (0, 6, Decimal("0.75"))
-    ]
-    assert rows[0]["run_counts"] == [1] * 11 + [2, 2]
 
 
 async def test_two_janitors_never_work_at_once(
