@@ -303,8 +303,8 @@ INSERT INTO schema_version (version) VALUES (12) ON CONFLICT (version) DO NOTHIN
 -- migrations, jobstream/migrations.py runs again what follows this line (every statement is
 -- CREATE OR REPLACE), so a routine lives here alone and no migration copies it. Changing one
 -- bumps the schema version (its migration may hold only a comment) so that databases get it;
--- a change CREATE OR REPLACE cannot make (a view's columns, a function's arguments or result)
--- needs that migration to DROP the old one first.
+-- a change CREATE OR REPLACE cannot make (a view's columns, a function's arguments or result),
+-- or a change of a column a view reads, needs that migration to DROP the routine first.
 
 -- What a person (and a test) asks of a tenant's money.
 CREATE OR REPLACE VIEW tenant_balances AS
