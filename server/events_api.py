@@ -23,7 +23,7 @@ from server.jobs_api import job_id_param
 from server.problems import Problem, not_found
 from server.responses import json_response
 from server.state import AppState, state
-from server.subscription import Subscription, SubscriptionClosed
+from server.subscription import SubscriptionClosed
 from server.tail import Tail
 
 MAX_WAIT_S = 30.0
@@ -138,7 +138,6 @@ class _Stream(Response):
         # A live stream ends when its subscription does (cut off, or the server stopping); a
         # replay of a finished job follows nothing, so it ends when the server stops.
         self._stop: Stop = Flag() if live else app.hub.stopping
-        self._sub: Subscription | None = None
         self._tail: Tail | None = None  # once the body has started
         self._ended = False
 
@@ -176,18 +175,16 @@ class _Stream(Response):
 
     async def _start(self) -> bytes:
         app = self._app
-        # Subscribe before the first read: see Tail.
-        if self._live:
-            self._sub = await app.hub.subscribe(self._job_id, closed=self._stop)
-        self._tail = Tail(
-            app.pool, self._job_id, self._cursor, subscription=self._sub, last_seq=self._last_seq
-        )
+        self._tail = await Tail.open(
+            app.hub, app.pool, self._job_id, self._cursor, last_seq=self._last_seq,
+            follow=self._live, closed=self._stop,
+        )  # fmt: skip
         return sse.retry(app.settings.sse_retry_ms)
 
     async def aclose(self) -> None:
         self._ended = True
-        if self._sub is not None:
-            self._sub.close()
+        if self._tail is not None:
+            self._tail.close()
 
 
 async def _poll(
@@ -199,20 +196,16 @@ async def _poll(
     live: bool,
     wait_s: float,
 ) -> Response:
-    sub: Subscription | None = None
-    if live and wait_s > 0:
-        sub = await app.hub.subscribe(job_id)
+    follow = live and wait_s > 0
+    tail = await Tail.open(app.hub, app.pool, job_id, cursor, last_seq=last_seq, follow=follow)
+    batch: list[Event] = []
     try:
-        tail = Tail(app.pool, job_id, cursor, subscription=sub, last_seq=last_seq)
-        batch: list[Event] = []
-        try:
-            async with asyncio.timeout(wait_s if sub is not None else None):
-                batch = await tail.next()
-        except (TimeoutError, SubscriptionClosed):
-            pass
+        async with asyncio.timeout(wait_s if follow else None):
+            batch = await tail.next()
+    except (TimeoutError, SubscriptionClosed):
+        pass
     finally:
-        if sub is not None:
-            sub.close()
+        tail.close()
     # The status after the wait. Read after the events, never before: a `done` it gives is
     # true of the events this answer holds (a job that finished meanwhile with events this
     # reader lacks answers done: false, and the next poll reads them).

@@ -1,6 +1,6 @@
 """One reader's way along a job's log after its cursor: the table first, then the hub.
 
-The caller subscribes before the first read, so an event committed in between arrives by one
+`Tail.open` subscribes before the first read, so an event committed in between arrives by one
 path or both, and seq removes the duplicate. Whatever the hub hands over that does not follow
 the cursor exactly is treated as a wake-up and read from the table: the stream is correct even
 if a wake-up is lost or late, only slower.
@@ -22,6 +22,8 @@ import asyncpg
 
 from jobstream import events
 from jobstream.events import Event
+from server.flag import Stop
+from server.hub import Hub
 from server.subscription import Subscription
 
 
@@ -46,6 +48,29 @@ class Tail:
         # The table may hold events past the cursor that this reader has not read yet.
         self.more = True
         self._ended = False  # the last event handed out was `done`
+
+    @classmethod
+    async def open(
+        cls,
+        hub: Hub,
+        pool: asyncpg.Pool,
+        job_id: uuid.UUID,
+        cursor: int,
+        *,
+        last_seq: int,
+        follow: bool,
+        closed: Stop | None = None,
+    ) -> Tail:
+        """A reader's tail, following the job's new events through `hub` if `follow` (the
+        subscription made now, before the first read); `close` it when done. `closed`, if given,
+        is set when the subscription ends."""
+        sub = await hub.subscribe(job_id, closed=closed) if follow else None
+        return cls(pool, job_id, cursor, subscription=sub, last_seq=last_seq)
+
+    def close(self) -> None:
+        """Stop following (nothing to do for a tail that never followed)."""
+        if self._sub is not None:
+            self._sub.close()
 
     async def next(self) -> list[Event]:
         """The next events after the cursor, in order, waiting for the hub when there are none.

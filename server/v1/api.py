@@ -73,9 +73,8 @@ def _job_spec(app: AppState, body: dict[str, object]) -> JobSpec:
 
 async def _until_finished(request: Request, app: AppState, job_id: uuid.UUID, seq: int) -> None:
     """Wait for the job's `done`, the client leaving, or the server stopping, whichever first."""
-    sub = await app.hub.subscribe(job_id)
+    tail = await Tail.open(app.hub, app.pool, job_id, seq, last_seq=seq, follow=True)
     try:
-        tail = Tail(app.pool, job_id, seq, subscription=sub, last_seq=seq)
         ending = asyncio.create_task(_done(tail), name=f"v1-wait-{job_id}")
         leaving = asyncio.create_task(_disconnected(request), name=f"v1-client-{job_id}")
         try:
@@ -87,7 +86,7 @@ async def _until_finished(request: Request, app: AppState, job_id: uuid.UUID, se
         if ending.done() and not ending.cancelled():
             ending.result()  # a database error is the request's error
     finally:
-        sub.close()
+        tail.close()
 
 
 async def _done(tail: Tail) -> None:

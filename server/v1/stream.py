@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 from jobstream import sse
 from server.event_stream import EventStream
 from server.state import AppState
-from server.subscription import Subscription, SubscriptionClosed
+from server.subscription import SubscriptionClosed
 from server.tail import Tail
 from server.v1.mapping import ResponseEvent, ResponseEvents
 from server.v1.objects import Head
@@ -44,7 +44,6 @@ class ResponseStream(Response):
         # As for /api/jobs/{id}/events: a live stream ends with its subscription; a replay of a
         # finished job follows nothing and ends when the server stops.
         self._stop = asyncio.Event() if live else app.hub.stopping
-        self._sub: Subscription | None = None
         self._tail: Tail | None = None  # once the body has started
         self._told = ResponseEvents(head, starting_after=starting_after)
         self._ended = False
@@ -77,19 +76,18 @@ class ResponseStream(Response):
 
     async def _start(self) -> Tail:
         app = self._app
-        # Subscribe before the first read: see Tail.
-        if self._live:
-            self._sub = await app.hub.subscribe(self._job_id, closed=self._stop)
         # From the log's start whatever the cursor: an event's numbering depends on what came
         # before it (mapping.py).
-        tail = Tail(app.pool, self._job_id, 0, subscription=self._sub, last_seq=self._last_seq)
-        self._tail = tail
+        tail = self._tail = await Tail.open(
+            app.hub, app.pool, self._job_id, 0, last_seq=self._last_seq, follow=self._live,
+            closed=self._stop,
+        )  # fmt: skip
         return tail
 
     async def aclose(self) -> None:
         self._ended = True
-        if self._sub is not None:
-            self._sub.close()
+        if self._tail is not None:
+            self._tail.close()
 
 
 def _frame(event: ResponseEvent) -> bytes:
