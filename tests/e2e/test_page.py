@@ -51,8 +51,10 @@ async def follow_mid_stream(page: Page, stack: Stack, *, speed: float, shown: in
     """Open the view of a 200-token counting job and wait until it shows `shown` tokens;
     returns the job's final text."""
     tokens = 200
-    job = await stack.create_job(count_job(tokens, tokens_per_second=speed))
-    await open_page(page, f"/jobs/{job['id']}")
+    async with stack.provider_held("simulated"):
+        job = await stack.create_job(count_job(tokens, tokens_per_second=speed))
+        await open_page(page, f"/jobs/{job['id']}")
+        await expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "live")
     await wait_for_tokens(page, shown)
     return count_text(tokens)
 
@@ -111,12 +113,13 @@ async def test_fault_on_first_attempt_shows_reset_and_retry(page: Page, stack: S
 
 
 async def test_permanent_fault_ends_failed_with_its_error_class(page: Page, stack: Stack) -> None:
-    # Slow enough that the page is following live when the attempt fails (about 1.5 s in):
-    # a page opened on a finished job reads the snapshot and never sees the events.
+    # Held until the page follows live: a page opened on a finished job reads the snapshot
+    # and never sees the events.
     fault = {"attempt": 1, "after_tokens": 30, "kind": "permanent"}
-    job = await stack.create_job(count_job(50, tokens_per_second=20, faults=[fault]))
-    await open_page(page, f"/jobs/{job['id']}")
-    await expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "live")
+    async with stack.provider_held("simulated"):
+        job = await stack.create_job(count_job(50, tokens_per_second=20, faults=[fault]))
+        await open_page(page, f"/jobs/{job['id']}")
+        await expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "live")
 
     await expect_finished(page, "failed", count_text(30))
     await expect(page.get_by_test_id("error-class")).to_have_text("permanent")
@@ -131,11 +134,12 @@ async def test_without_event_source_the_page_polls_to_the_exact_end(
 ) -> None:
     tokens = 100
     expected = count_text(tokens)
-    job = await stack.create_job(count_job(tokens, tokens_per_second=60))
     await page.add_init_script("delete window.EventSource")
-    await open_page(page, f"/jobs/{job['id']}")
-
-    await expect(page.get_by_test_id("notes")).to_contain_text("has no EventSource")
+    # Held until the page polls: on a job already finished it would read the snapshot only.
+    async with stack.provider_held("simulated"):
+        job = await stack.create_job(count_job(tokens, tokens_per_second=60))
+        await open_page(page, f"/jobs/{job['id']}")
+        await expect(page.get_by_test_id("notes")).to_contain_text("has no EventSource")
     await expect_finished(page, "succeeded", expected)
     observed = await seen(page)
     assert_prefixes(observed["outputs"], expected)
@@ -146,7 +150,6 @@ async def test_without_event_source_the_page_polls_to_the_exact_end(
 async def test_refused_stream_falls_back_to_polling(page: Page, stack: Stack) -> None:
     tokens = 80
     expected = count_text(tokens)
-    job = await stack.create_job(count_job(tokens, tokens_per_second=60))
 
     async def refuse_streams(route: Route) -> None:
         # A proxy that will not pass text/event-stream: EventSource gets a 502, which it
@@ -157,9 +160,12 @@ async def test_refused_stream_falls_back_to_polling(page: Page, stack: Stack) ->
             await route.continue_()
 
     await page.route("**/api/jobs/*/events*", refuse_streams)
-    await open_page(page, f"/jobs/{job['id']}")
-
-    await expect(page.get_by_test_id("notes")).to_contain_text("stream was refused")
+    # Held until the page has fallen back: a clean-clone CI run opened the page after the
+    # job (1.3 s) had finished, so the page read the snapshot and never asked for a stream.
+    async with stack.provider_held("simulated"):
+        job = await stack.create_job(count_job(tokens, tokens_per_second=60))
+        await open_page(page, f"/jobs/{job['id']}")
+        await expect(page.get_by_test_id("notes")).to_contain_text("stream was refused")
     await expect_finished(page, "succeeded", expected)
     assert_prefixes((await seen(page))["outputs"], expected)
 
