@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
+from prometheus_client.parser import text_string_to_metric_families
 
 from jobstream import db
 from jobstream.embedded_pg import EmbeddedPostgres, free_port
@@ -40,6 +41,7 @@ CHROMIUM_ARGS = [
 ]
 OUTPUT_DIR = REPO_ROOT / "test-output"
 SERVER_START_TIMEOUT_S = 30.0
+_OPEN = "jobstream_open_streams"
 
 
 class Stack:
@@ -104,6 +106,19 @@ class Stack:
         assert response.status_code == 202, response.text
         job: dict[str, Any] = response.json()
         return job
+
+    async def streams_open(self, count: int) -> None:
+        """Wait until the server serves `count` SSE responses (its jobstream_open_streams):
+        how a test knows a reader in another process is following before a job starts."""
+
+        async def gauge() -> float:
+            text = (await self.http.get("/metrics")).text
+            family = next(f for f in text_string_to_metric_families(text) if f.name == _OPEN)
+            return family.samples[0].value
+
+        await eventually(
+            gauge, lambda value: value >= count, what=f"{count} streams are open", timeout_s=30
+        )
 
     @contextlib.asynccontextmanager
     async def provider_held(self, provider: str) -> AsyncIterator[None]:

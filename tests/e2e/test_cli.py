@@ -59,8 +59,10 @@ async def test_a_failed_job_says_why_and_exits_1(stack: Stack) -> None:
 
 
 async def test_json_lines_get_and_cancel(stack: Stack) -> None:
+    # 100 s of tokens, ended by the cancel: at 4 s, a busy CI machine's CLI start-ups could
+    # meet a job already succeeded, and `follow` would rightly exit 0.
     code, out, _ = await cli(
-        stack, "submit", "x", "--simulate", simulate(5, tokens_per_second=1), "--json"
+        stack, "submit", "x", "--simulate", simulate(100, tokens_per_second=1), "--json"
     )
     assert code == 0
     job = orjson.loads(out)
@@ -127,15 +129,17 @@ async def test_retry_follows_the_new_job_and_the_dead_one_names_it(
 
 
 async def test_piped_output_streams_and_ctrl_c_says_how_to_resume(stack: Stack) -> None:
-    # 5 s of tokens: long enough that a CLI slow to start under load still meets a running job
-    # (at 2 s it sometimes read the whole text and exited 0 before the SIGINT).
-    job = await stack.create_job(
-        {"prompt": "p", "simulate": orjson.loads(simulate(100, tokens_per_second=20))}
-    )
-    process = await asyncio.create_subprocess_exec(
-        JOBSTREAM_CLI, "follow", job["id"], "--url", stack.base_url,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    # The job (5 s of tokens) starts once the CLI follows it: a CLI slow to start under load
+    # read the whole text of a 2 s job and exited 0 before the SIGINT.
+    async with stack.provider_held("simulated"):
+        job = await stack.create_job(
+            {"prompt": "p", "simulate": orjson.loads(simulate(100, tokens_per_second=20))}
+        )
+        process = await asyncio.create_subprocess_exec(
+            JOBSTREAM_CLI, "follow", job["id"], "--url", stack.base_url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        await stack.streams_open(1)
     assert process.stdout is not None and process.stderr is not None
     # Piped, the text still comes as it is written: the first tokens long before the job ends.
     first = await asyncio.wait_for(process.stdout.readuntil(b"2 "), 10)

@@ -65,8 +65,11 @@ async def test_the_page_inside_a_compacted_range_resyncs_to_the_exact_text(
 ) -> None:
     tokens = 150
     expected = count_text(tokens)
-    job = await stack.create_job(count_job(tokens, tokens_per_second=50))
-    await open_page(page, f"/jobs/{job['id']}")
+    # Held until the page follows live: opened on a finished job, it would never reconnect.
+    async with stack.provider_held("simulated"):
+        job = await stack.create_job(count_job(tokens, tokens_per_second=50))
+        await open_page(page, f"/jobs/{job['id']}")
+        await expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "live")
     await wait_for_tokens(page, 20)
     # The page loses the server mid-stream; meanwhile the job ends and its log is compacted,
     # so the cursor the page reconnects with is inside the folded range.

@@ -26,9 +26,13 @@ from tests.support.job_page import (
 pytestmark = pytest.mark.e2e
 
 
-async def test_submitted_job_streams_live_and_ends_exact(page: Page) -> None:
+async def test_submitted_job_streams_live_and_ends_exact(page: Page, stack: Stack) -> None:
     tokens = 120
-    job_id = await submit_form(page, tokens, speed=60)
+    # Held until the page follows live, so a slow machine cannot turn the stream into a
+    # snapshot read after the end.
+    async with stack.provider_held("simulated"):
+        job_id = await submit_form(page, tokens, speed=60)
+        await expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "live")
 
     # Tokens appear while the job still runs: streamed, not delivered at the end.
     await page.wait_for_function(

@@ -20,8 +20,16 @@ from tests.support.workers import (
     wait_for_status,
 )
 
-# About two seconds of streaming: long enough to interrupt, short enough to finish in a test.
-STREAM = {"tokens": 80, "pattern": "count", "tokens_per_second": 40, "first_token_delay_s": 0}
+# Attempt 1 hangs after 20 tokens, as a provider that stopped answering, until the test stops
+# its worker: a two-second stream left to chance could end before a busy machine's signal did.
+# Attempt 2 streams the whole text, about two seconds.
+STREAM = {
+    "tokens": 80,
+    "pattern": "count",
+    "tokens_per_second": 40,
+    "first_token_delay_s": 0,
+    "faults": [{"attempt": 1, "after_tokens": 20, "kind": "timeout"}],
+}
 
 
 def worker_env(database_url: str, worker_id: str, **settings: str) -> dict[str, str]:
