@@ -197,27 +197,30 @@ async def test_a_cursor_past_the_end_of_the_log_waits_for_events_after_it(
 
 
 async def test_long_poll_wakes_soon_after_a_new_event(
-    app_client: tuple[Starlette, httpx.AsyncClient], pool: asyncpg.Pool
+    settings: Settings, pool: asyncpg.Pool
 ) -> None:
-    app, client = app_client
-    hub: Hub = app.state.js.hub
-    job = await create(client)
-    held = await drive.claim(pool)
-    progress = (await client.get(plain(job), params={"after": "0"})).json()
-    assert progress["status"] == "running" and not progress["done"]
-    cursor = progress["next_after"]
-    waiting = asyncio.create_task(
-        client.get(plain(job), params={"after": str(cursor), "wait": "20"})
-    )
+    # The hub's re-read (which catches a lost NOTIFY) is put past the 20 s wait: only the
+    # NOTIFY can answer the long-poll well before its end.
+    app = create_app(settings.replace(hub_recheck_s=60))
+    async with serve(app) as url, http_client(base_url=url) as client:
+        hub: Hub = app.state.js.hub
+        job = await create(client)
+        held = await drive.claim(pool)
+        progress = (await client.get(plain(job), params={"after": "0"})).json()
+        assert progress["status"] == "running" and not progress["done"]
+        cursor = progress["next_after"]
+        waiting = asyncio.create_task(
+            client.get(plain(job), params={"after": str(cursor), "wait": "20"})
+        )
 
-    await until_followers(hub, 1, what="the long-poll is parked on the hub")
-    appended_at = time.monotonic()
-    await drive.tokens(pool, held, ["hello"])
-    answer = (await asyncio.wait_for(waiting, 10)).json()
-    woke_after = time.monotonic() - appended_at
+        await until_followers(hub, 1, what="the long-poll is parked on the hub")
+        appended_at = time.monotonic()
+        await drive.tokens(pool, held, ["hello"])
+        answer = (await asyncio.wait_for(waiting, 15)).json()
+        woke_after = time.monotonic() - appended_at
     assert [e["text"] for e in answer["events"]] == ["hello"]
     assert answer["next_after"] == cursor + 1 and not answer["done"]
-    assert woke_after < 0.5, woke_after  # woken by NOTIFY, not by the 1 s re-check
+    assert woke_after < 10, woke_after  # woken by the NOTIFY, not by the end of the wait
 
 
 async def test_long_poll_times_out_empty(client: httpx.AsyncClient, pool: asyncpg.Pool) -> None:
@@ -249,7 +252,8 @@ async def test_heartbeats_arrive_when_nothing_happens(quiet_app: str, pool: asyn
 async def test_server_shutdown_ends_open_streams_promptly(settings: Settings) -> None:
     app = create_app(settings)
     async with http_client(timeout=10) as client:
-        async with serve(app) as url:
+        # uvicorn's graceful timeout is far past the bound: streams left open would run it out.
+        async with serve(app, timeout_graceful_shutdown=30) as url:
             hub: Hub = app.state.js.hub
             async with http_client(base_url=url) as creator:
                 job = await create(creator)
@@ -261,7 +265,7 @@ async def test_server_shutdown_ends_open_streams_promptly(settings: Settings) ->
         stopped_after = time.monotonic() - stopping_at
         received = await asyncio.gather(*readers)
     assert all(got.ended for got in received)  # ended by the server, cleanly, not cut
-    assert stopped_after < 1.5, stopped_after  # not uvicorn's 2 s graceful timeout
+    assert stopped_after < 10, stopped_after  # ended at once, not at the graceful timeout
 
 
 async def test_a_live_stream_ends_when_a_full_page_ends_with_done(

@@ -81,7 +81,11 @@ async def test_notification_lag_is_measured_for_events_read_live(
 ) -> None:
     simulate = {"tokens_per_second": 200, "first_token_delay_s": 0, "tokens": 20}
     job = (await client.post("/api/jobs", json={"prompt": "lag", "simulate": simulate})).json()
-    reading = asyncio.create_task(read_stream(client, job["events_url"]))
+    following = asyncio.Event()  # set at the first event: the stream is live before the run
+    reading = asyncio.create_task(
+        read_stream(client, job["events_url"], on_event=lambda _: following.set())
+    )
+    await asyncio.wait_for(following.wait(), 10)
     async with running_worker(settings, pool=pool):
         received = await asyncio.wait_for(reading, 20)
     assert received.events[-1]["type"] == "done"

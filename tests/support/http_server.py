@@ -61,9 +61,8 @@ async def serve(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, log_config=None, lifespan="on", timeout_graceful_shutdown=2, **options
-    )
+    options.setdefault("timeout_graceful_shutdown", 2)
+    config = uvicorn.Config(app, log_config=None, lifespan="on", **options)
     # Tells an app from create_app that it is stopping, so its open streams end at once.
     server = _PromptServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
