@@ -212,18 +212,15 @@ def plain_spec(
         return None
     if not simulated.allows_plain(provider=provider, simulate=simulate, max_tokens=max_tokens):
         return None
-    return JobSpec(
-        prompt=prompt,
-        provider=provider,
-        model=model,
-        max_tokens=max_tokens,
-        priority=priority,
-        max_attempts=max_attempts,
-        retry_unknown=retry_unknown,
-        timeout_s=float(timeout_s),
-        metadata=metadata,
-        simulate=simulate,
-    )
+    # The body's names are JobSpec's and the defaults above are JobSpec's: a field the body
+    # left out takes its default there.
+    normalised = {
+        "provider": provider,
+        "timeout_s": float(timeout_s),
+        "metadata": metadata,
+        "simulate": simulate,
+    }
+    return JobSpec(**body | normalised)
 
 
 def _plain_simulate(simulate: dict[str, Any]) -> bool:
