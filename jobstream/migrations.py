@@ -40,8 +40,6 @@ TRIES = 5
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _ROUTINES = re.compile(r"^-- routines:", re.MULTILINE)
-# A version that changed routines only (they run after the migrations) has nothing else to run.
-_COMMENTS_ONLY = re.compile(r"(\s|--[^\n]*)*")
 
 
 class SchemaTooNew(JobstreamError):
@@ -71,6 +69,14 @@ def routines(sql: str) -> str:
     if found is None:
         raise ValueError("schema.sql has no '-- routines:' line")
     return sql[found.start() :]
+
+
+def has_statements(sql: str) -> bool:
+    """Whether `sql` holds more than blank and `--` comment lines: a version that changed
+    routines only (they run after the migrations) has nothing else to run, and asyncpg fails on
+    an empty query. Line by line: a regular expression of comments and white space backtracked
+    exponentially on comment lines ending in spaces (18 such lines before a statement: 263 s)."""
+    return any(line.strip() and not line.lstrip().startswith("--") for line in sql.splitlines())
 
 
 def migrations(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
@@ -131,7 +137,7 @@ async def _change(conn: Conn, sql: str, target: int) -> None:
         for migration in migrations():
             if current < migration.version <= target:
                 text = migration.path.read_text()
-                if _COMMENTS_ONLY.fullmatch(text) is None:  # asyncpg fails on an empty query
+                if has_statements(text):
                     await conn.execute(text)
                 await conn.execute(queries.RECORD_SCHEMA_VERSION, migration.version)
                 log.info("schema_migrated", version=migration.version)
