@@ -17,14 +17,13 @@ from jobstream.events import Event
 from jobstream.job_reads import Progress
 from server import gone, validation
 from server.auth import tenant_id
-from server.event_stream import EventStream
-from server.flag import Flag, Stop
 from server.jobs_api import job_id_param
 from server.problems import Problem, not_found
 from server.responses import json_response
 from server.state import AppState, state
 from server.subscription import SubscriptionClosed
 from server.tail import Tail
+from server.tail_stream import TailStream
 
 MAX_WAIT_S = 30.0
 MAX_SEQ = 2**63 - 1  # bigint
@@ -119,72 +118,24 @@ def _wait(request: Request) -> float:
     return wait
 
 
-class _Stream(Response):
-    """The SSE response, built once the request is known to be valid (so errors stay JSON), and
-    its own body: the `retry` frame, then one chunk a batch the tail gives, until the log's
-    `done` or the end of the subscription (cut off, or the server stopping: the client resumes
-    from its last id). The body is an iterator of its own rather than an async generator: a
-    live stream resumes through it for every batch, twenty times a second with 1,000 streams,
-    and a generator's resume and suspend cost a fifth more (bench.sse_fanout_cost)."""
+class _Stream(TailStream):
+    """The SSE response, built once the request is known to be valid (so errors stay JSON): the
+    `retry` frame, then the events after the cursor, each with its seq as `id`."""
 
-    def __init__(  # no super().__init__: nothing of a buffered Response applies to a stream
+    def __init__(
         self, app: AppState, job_id: uuid.UUID, cursor: int, last_seq: int, live: bool
     ) -> None:
-        self._app = app
-        self._job_id = job_id
-        self._cursor = cursor
-        self._last_seq = last_seq
-        self._live = live
-        # A live stream ends when its subscription does (cut off, or the server stopping); a
-        # replay of a finished job follows nothing, so it ends when the server stops.
-        self._stop: Stop = Flag() if live else app.hub.stopping
-        self._tail: Tail | None = None  # once the body has started
-        self._ended = False
+        super().__init__(
+            app, job_id, cursor, last_seq=last_seq, live=live,
+            send_timeout_s=app.settings.sse_send_timeout_s,
+        )  # fmt: skip
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        settings = self._app.settings
-        response = EventStream(
-            self,
-            heartbeat_s=settings.sse_heartbeat_s,
-            stop=self._stop,
-            send_timeout_s=settings.sse_send_timeout_s,
-        )
-        await self._app.serve_stream(response, scope, receive, send)
+    def opening(self) -> bytes:
+        return sse.retry(self._app.settings.sse_retry_ms)
 
-    # --- the body ---
-
-    def __aiter__(self) -> _Stream:
-        return self
-
-    async def __anext__(self) -> bytes:
-        tail = self._tail
-        if tail is None:
-            return await self._start()
-        if self._ended:
-            raise StopAsyncIteration
-        try:
-            batch = await tail.next()
-        except SubscriptionClosed:
-            batch = []
-        if not batch:
-            self._ended = True
-            raise StopAsyncIteration
-        self._ended = tail.finished(batch)
+    def chunk(self, batch: list[Event]) -> bytes:
         # One chunk per batch: a replay of a thousand events is one write, not a thousand.
         return b"".join([event.sse_frame() for event in batch])
-
-    async def _start(self) -> bytes:
-        app = self._app
-        self._tail = await Tail.open(
-            app.hub, app.pool, self._job_id, self._cursor, last_seq=self._last_seq,
-            follow=self._live, closed=self._stop,
-        )  # fmt: skip
-        return sse.retry(app.settings.sse_retry_ms)
-
-    async def aclose(self) -> None:
-        self._ended = True
-        if self._tail is not None:
-            self._tail.close()
 
 
 async def _poll(
