@@ -3,7 +3,7 @@
 -- version and then the routines at the end of this file (jobstream/migrations.py,
 -- docs/architecture.md). Change a table in both: a test checks that the migrations lead to
 -- exactly this schema.
--- schema-version: 12
+-- schema-version: 13
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -105,14 +105,17 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_at          timestamptz NOT NULL DEFAULT now(),
     started_at          timestamptz,
     finished_at         timestamptz,
-    updated_at          timestamptz NOT NULL DEFAULT now()
+    updated_at          timestamptz NOT NULL DEFAULT now(),
+    -- The job's name (`@app.job`, jobstream/app.py); `llm` is the built-in prompt-to-model job.
+    -- A worker claims only the names it runs (claim_jobs below).
+    job_name            text NOT NULL DEFAULT 'llm'
 -- A fifth of each page left free: a running job's row is rewritten by every token write, and a
 -- rewrite that fits on its page is a HOT update (no index touched) when no indexed column
 -- changes. On full pages every token write moved its rows: for 1,000 streams, 6.8 WAL records
 -- and 990 bytes a row instead of 1.0 and 130, and the UPDATE took 15.5 ms instead of 3.2.
 ) WITH (fillfactor = 80);
 
--- The claim's index. Its leading columns name a queue, (tenant, provider, priority): the claim
+-- The claim's index. Its leading columns name a queue, (tenant, provider, job name, priority): the claim
 -- skips from queue to queue, then reads each queue's head as a range bounded by run_after <= now.
 -- Both cost the same with 100 or 100,000 jobs queued, and a delayed job is never read before its
 -- time (claim_jobs below). It also answers "does a provider have a runnable job?" (claim_jobs'
@@ -120,7 +123,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 -- run_after) answered until schema version 10: without it, one entry fewer a create, 7.1 -> 6.1
 -- WAL records and 1,095 -> 1,013 bytes a job in batches of 100.
 CREATE INDEX IF NOT EXISTS jobs_runnable_idx
-    ON jobs (tenant_id, provider, priority, run_after, created_at)
+    ON jobs (tenant_id, provider, job_name, priority, run_after, created_at)
     WHERE status = 'queued';
 -- Leases that may have expired (the reaper), and a tenant's running jobs (its running limit).
 CREATE INDEX IF NOT EXISTS jobs_leased_idx ON jobs (lease_until)
@@ -175,6 +178,9 @@ CREATE TABLE IF NOT EXISTS job_attempts (
     cost_known     boolean NOT NULL DEFAULT true,
     -- For a cancelled attempt: did the provider confirm that it stopped generating?
     cancel_confirmed boolean,
+    -- The traceback of an exception a job's own code raised: for operators, never in a public
+    -- response (error_class and error_detail are what clients see).
+    error_trace    text,
     PRIMARY KEY (job_id, attempt)
 );
 
@@ -190,7 +196,7 @@ CREATE TABLE IF NOT EXISTS job_events (
     seq        bigint NOT NULL,
     attempt    integer NOT NULL,
     type       text NOT NULL CHECK (type IN
-                 ('status', 'reset', 'token', 'usage', 'attempt_error', 'done')),
+                 ('status', 'reset', 'token', 'progress', 'usage', 'attempt_error', 'done')),
     data       jsonb NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (job_id, seq)
@@ -294,10 +300,11 @@ CREATE TYPE claimed_job AS (
     run_token          uuid,
     provider           text,
     payload            jsonb,
-    last_seq           bigint
+    last_seq           bigint,
+    job_name           text
 );
 
-INSERT INTO schema_version (version) VALUES (12) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (13) ON CONFLICT (version) DO NOTHING;
 
 -- routines: every function, aggregate and view. A fresh database runs this file whole; after
 -- migrations, jobstream/migrations.py runs again what follows this line (every statement is
@@ -314,29 +321,30 @@ SELECT t.id AS tenant_id, t.budget_usd,
   FROM tenants t LEFT JOIN tenant_ledger l ON l.tenant_id = t.id
  GROUP BY t.id, t.budget_usd;
 
--- The queues: the distinct (tenant, provider, priority) of queued jobs, found by skipping
+-- The queues: the distinct (tenant, provider, job name, priority) of queued jobs, found by skipping
 -- through jobs_runnable_idx one queue at a time (a loose index scan: one descent per queue,
 -- never a read of the jobs inside), so its cost grows with the number of queues, not of jobs.
 -- Read by every claim (claim_jobs below, its steps 1 and 2).
 CREATE OR REPLACE VIEW job_queues AS
 WITH RECURSIVE queues AS (
-    (SELECT tenant_id, provider, priority
+    (SELECT tenant_id, provider, job_name, priority
        FROM jobs
       WHERE status = 'queued'
-      ORDER BY tenant_id, provider, priority
+      ORDER BY tenant_id, provider, job_name, priority
       LIMIT 1)
     UNION ALL
-    SELECT next.tenant_id, next.provider, next.priority
+    SELECT next.tenant_id, next.provider, next.job_name, next.priority
       FROM queues q
      CROSS JOIN LATERAL (
-           SELECT tenant_id, provider, priority
+           SELECT tenant_id, provider, job_name, priority
              FROM jobs
             WHERE status = 'queued'
-              AND (tenant_id, provider, priority) > (q.tenant_id, q.provider, q.priority)
-            ORDER BY tenant_id, provider, priority
+              AND (tenant_id, provider, job_name, priority)
+                  > (q.tenant_id, q.provider, q.job_name, q.priority)
+            ORDER BY tenant_id, provider, job_name, priority
             LIMIT 1) next
 )
-SELECT tenant_id, provider, priority FROM queues;
+SELECT tenant_id, provider, job_name, priority FROM queues;
 
 -- A job's log as readers see it (EVENTS_AFTER, EVENTS_AFTER_MANY). A log opens with the job's
 -- `queued` status at seq 1, and for a job INSERT_JOBS made that event has no row: it is the same
@@ -455,8 +463,8 @@ $$;
 -- 2. The claim, for the unlimited providers ($1) and the limited ones locked in step 1. Its cost
 --    does not grow with the backlog: every read is an index probe or a range of at most
 --    max_jobs index entries.
---    - `queues`: the distinct (tenant, provider, priority) of queued jobs (job_queues): its cost
---      grows with the number of queues, not of jobs.
+--    - `queues`: the distinct (tenant, provider, job name, priority) of queued jobs (job_queues),
+--      of the names this worker runs ($9): its cost grows with the number of queues, not of jobs.
 --    - `with_room`: providers this worker runs that may start more attempts. A limited
 --      provider's running attempts are counted here, after step 1's lock. Attempts are counted,
 --      not jobs: an attempt row is `running` from its claim until its outcome is written, which
@@ -506,7 +514,7 @@ $$;
 -- this call's commit.
 CREATE OR REPLACE FUNCTION claim_jobs(
     unlimited text[], worker text, lease_s float8, at_time timestamptz, limited text[],
-    limits integer[], skipped text[], max_jobs integer
+    limits integer[], skipped text[], max_jobs integer, names text[]
 ) RETURNS SETOF claimed_job LANGUAGE plpgsql AS $$
 DECLARE
     locked_providers text[] := '{}';
@@ -523,11 +531,12 @@ BEGIN
                  CROSS JOIN LATERAL (
                        SELECT FROM jobs j
                         WHERE j.status = 'queued' AND j.tenant_id = q.tenant_id
-                          AND j.provider = q.provider AND j.priority = q.priority
+                          AND j.provider = q.provider AND j.job_name = q.job_name
+                          AND j.priority = q.priority
                           AND j.run_after <= coalesce($4::timestamptz, statement_timestamp())
                         ORDER BY j.run_after, j.created_at
                         LIMIT 1) head
-                 WHERE q.provider = ANY($5::text[])
+                 WHERE q.provider = ANY($5::text[]) AND q.job_name = ANY($9::text[])
             )
             INSERT INTO provider_state AS p (provider)
             SELECT provider FROM runnable ORDER BY provider
@@ -545,7 +554,10 @@ BEGIN
     -- finds a tenant over its limit undoes them there, and no ERROR reaches the log.
     BEGIN
         WITH queues AS (
-            SELECT tenant_id, provider, priority FROM job_queues
+            -- Only the names this worker runs: a job of another name stays queued for a
+            -- worker that has it (a rolling deploy), and its queue costs this claim nothing more.
+            SELECT tenant_id, provider, job_name, priority FROM job_queues
+             WHERE job_name = ANY($9::text[])
         ), busy AS (
             SELECT provider, count(*) AS n
               FROM job_attempts
@@ -568,7 +580,7 @@ BEGIN
              WHERE t.id IN (SELECT tenant_id FROM queues)
                AND t.id <> ALL($7::text[])
         ), open AS (
-            SELECT q.tenant_id, q.provider, q.priority, tr.room, tr.running, tr.last_claimed_at,
+            SELECT q.tenant_id, q.provider, q.job_name, q.priority, tr.room, tr.running, tr.last_claimed_at,
                    w.room AS provider_room, head.run_after AS head_after,
                    row_number() OVER (PARTITION BY q.tenant_id
                                       ORDER BY q.priority DESC, head.run_after) AS tenant_turn
@@ -580,7 +592,8 @@ BEGIN
                    SELECT j.run_after
                      FROM jobs j
                     WHERE j.status = 'queued' AND j.tenant_id = q.tenant_id
-                      AND j.provider = q.provider AND j.priority = q.priority
+                      AND j.provider = q.provider AND j.job_name = q.job_name
+                      AND j.priority = q.priority
                       AND j.run_after <= coalesce($4::timestamptz, statement_timestamp())
                     ORDER BY j.run_after, j.created_at
                     LIMIT 1) head
@@ -601,7 +614,8 @@ BEGIN
                    SELECT j.id, j.error AS previous_error, j.run_after, j.created_at
                      FROM jobs j
                     WHERE j.status = 'queued' AND j.tenant_id = q.tenant_id
-                      AND j.provider = q.provider AND j.priority = q.priority
+                      AND j.provider = q.provider AND j.job_name = q.job_name
+                      AND j.priority = q.priority
                       AND j.run_after <= coalesce($4::timestamptz, statement_timestamp())
                     ORDER BY j.run_after, j.created_at
                     LIMIT least(q.room, q.provider_room, greatest(1, $8 - q.n_queues + 1))
@@ -635,7 +649,7 @@ BEGIN
               FROM chosen c
              WHERE j.id = c.id
             RETURNING j.id, j.tenant_id, j.attempts, j.uncounted_attempts, j.max_attempts, j.run_token,
-                      j.provider, j.payload, j.last_seq, j.worker_id, c.previous_error,
+                      j.provider, j.payload, j.last_seq, j.job_name, j.worker_id, c.previous_error,
                       extract(epoch FROM j.started_at - j.created_at)::float8 AS waited_s
         ), attempt AS (
             INSERT INTO job_attempts (job_id, attempt, run_token, worker_id, started_at, provider, model)
@@ -684,7 +698,7 @@ BEGIN
                    queue_wait_s = m.queue_wait_s + EXCLUDED.queue_wait_s
         )
         SELECT array_agg((id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token,
-                          provider, payload, last_seq)::claimed_job)
+                          provider, payload, last_seq, job_name)::claimed_job)
           INTO taken
           FROM claimed;
         IF taken IS NULL THEN
@@ -711,7 +725,7 @@ BEGIN
         -- Undone (local variables outlive it): a row with no id for each tenant over its
         -- limit tells the caller to try again.
         RETURN QUERY SELECT NULL::uuid, t, NULL::integer, NULL::integer, NULL::integer,
-                            NULL::uuid, NULL::text, NULL::jsonb, NULL::bigint
+                            NULL::uuid, NULL::text, NULL::jsonb, NULL::bigint, NULL::text
                        FROM unnest(over_limit) AS t;
         RETURN;
     END;

@@ -39,8 +39,10 @@ async def _finish_attempt(
     usage: Usage | None = None,
     error: dict[str, Any] | None = None,
     cancel_confirmed: bool | None = None,
+    trace: str | None = None,
 ) -> None:
-    """Close the attempt's row; `error` is the attempt's {"class", "message"} when it failed."""
+    """Close the attempt's row; `error` is the attempt's {"class", "message"} when it failed,
+    `trace` the traceback of the job's own code that raised it (kept for operators only)."""
     await conn.execute(
         queries.FINISH_ATTEMPT,
         job_id,
@@ -54,6 +56,7 @@ async def _finish_attempt(
         usage.cost_known if usage else False,
         cancel_confirmed,
         clock.now(),
+        trace,
     )
 
 
@@ -67,6 +70,8 @@ class Success:
     text: str
     usage: Usage
     last_chunk: str = ""
+    # A job's validated structured output (JSON), shown as `result.output`; None for none.
+    output: Any = None
 
 
 async def accept_many(pool: asyncpg.Pool, successes: Sequence[Success], clock: Clock) -> set[int]:
@@ -95,12 +100,19 @@ def _succeeded(success: Success) -> dict[str, Any]:
     return {
         # str: asyncpg's own UUID type is none that orjson knows.
         "job_id": str(held.job_id), "run_token": str(held.run_token),
-        "result": {"text": success.text, "usage": usage.to_json()}, "attempt": held.attempt,
+        "result": _result(success), "attempt": held.attempt,
         "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
         # A string: exact, where a JSON number would pass through a float.
         "cost": str(usage.cost_usd), "cost_known": usage.cost_known,
         "last_chunk": success.last_chunk,
     }  # fmt: skip
+
+
+def _result(success: Success) -> dict[str, Any]:
+    result: dict[str, Any] = {"text": success.text, "usage": success.usage.to_json()}
+    if success.output is not None:
+        result["output"] = success.output
+    return result
 
 
 async def accept(pool: asyncpg.Pool, success: Success, clock: Clock) -> None:
@@ -128,6 +140,7 @@ async def fail(
     usage: Usage | None,
     retry_in_s: float,
     clock: Clock,
+    trace: str | None = None,
 ) -> None:
     """End the attempt with an error and either schedule a retry or end the job.
 
@@ -164,7 +177,7 @@ async def fail(
         # The fenced UPDATE above proved we held the job and keeps its row locked; the job no
         # longer reads `running`, so the appends below go unfenced.
         await _finish_attempt(
-            conn, held.job_id, held.attempt, outcome, clock, usage=usage, error=error
+            conn, held.job_id, held.attempt, outcome, clock, usage=usage, error=error, trace=trace
         )
         await events.append(conn, held.job_id, held.attempt, new_events, run_token=None)
 

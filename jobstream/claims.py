@@ -15,7 +15,7 @@ import asyncpg
 
 from jobstream import events
 from jobstream.clock import Clock
-from jobstream.jobspec import AttemptSpec
+from jobstream.jobspec import BUILT_IN_JOB, AttemptSpec
 from jobstream.sql import queries
 
 
@@ -31,6 +31,7 @@ class Claimed:
     spec: AttemptSpec
     max_attempts: int
     counted_attempts: int  # attempts that count against max_attempts, this one included
+    job_name: str = BUILT_IN_JOB
 
     @property
     def exhausted(self) -> bool:
@@ -45,6 +46,7 @@ async def claim(
     lease_s: float,
     clock: Clock,
     limits: Mapping[str, int] | None = None,
+    names: Sequence[str] = (BUILT_IN_JOB,),
 ) -> Claimed | None:
     """Claim the next runnable job of `providers`, or None (claim_batch of one)."""
     held = await claim_batch(
@@ -55,6 +57,7 @@ async def claim(
         clock=clock,
         limits=limits,
         max_jobs=1,
+        names=names,
     )
     return held[0] if held else None
 
@@ -68,6 +71,7 @@ async def claim_batch(
     clock: Clock,
     max_jobs: int,
     limits: Mapping[str, int] | None = None,
+    names: Sequence[str] = (BUILT_IN_JOB,),
 ) -> list[Claimed]:
     """Claim up to `max_jobs` runnable jobs of `providers` in one call (claim_jobs, schema.sql).
 
@@ -75,6 +79,7 @@ async def claim_batch(
     runnable: claim again while slots are free and the last batch was not empty.
     `limits` caps the attempts running at once, across every worker, for the providers it names
     (the others have none): the claim locks those providers' rows first, then counts.
+    Only jobs named in `names` are claimed: the others wait for a worker that runs them.
     """
     limits = {name: n for name, n in (limits or {}).items() if name in providers}
     unlimited = [name for name in providers if name not in limits]
@@ -83,7 +88,7 @@ async def claim_batch(
     while True:
         try:
             return await _claim_once(
-                pool, unlimited, limits, full_tenants, worker_id, lease_s, clock, max_jobs
+                pool, unlimited, limits, full_tenants, worker_id, lease_s, clock, max_jobs, names
             )
         except _TenantsFull as full:
             # Other workers' claims for these tenants committed first. The next try counts them
@@ -111,6 +116,7 @@ async def _claim_once(
     lease_s: float,
     clock: Clock,
     max_jobs: int,
+    names: Sequence[str],
 ) -> list[Claimed]:
     limited = sorted(limits)
     async with pool.acquire() as conn:
@@ -124,6 +130,7 @@ async def _claim_once(
             [limits[name] for name in limited],
             full_tenants,
             max_jobs,
+            list(names),
         )
         if jobs and jobs[0]["id"] is None:
             # The claim undid itself: these tenants went over their running limit.
@@ -140,6 +147,7 @@ async def _claim_once(
             spec=AttemptSpec.from_payload(job["payload"]),
             max_attempts=job["max_attempts"],
             counted_attempts=job["attempts"] - job["uncounted_attempts"],
+            job_name=job["job_name"],
         )
         for job in jobs
     ]

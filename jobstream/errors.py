@@ -65,6 +65,8 @@ class ProviderError(JobstreamError):
         self.status_code = status_code
         self.request_sent = request_sent
         self.refused = refused
+        # Which provider failed, set where a job's call is made (worker/llm_calls.py).
+        self.provider: str | None = None
 
     @property
     def billed_nothing(self) -> bool:
@@ -74,3 +76,42 @@ class ProviderError(JobstreamError):
     @property
     def error_class(self) -> str:
         return self.kind
+
+
+class TransientError(JobstreamError):
+    """Raise in a job to have it tried again later, with backoff, while attempts are left.
+
+    `retry_after_s` is the least the next attempt waits (a service's Retry-After).
+    """
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class PermanentError(JobstreamError):
+    """Raise in a job to fail it now: no retry would do better (bad input, a refusal)."""
+
+    error_class = "permanent"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidOutput(PermanentError):
+    """A job's return value failed its output model."""
+
+    error_class = "invalid_output"
+
+
+class BudgetRefused(ProviderError):
+    """A `ctx.llm` call that could pass the job's `max_cost_usd`, refused before it was sent."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("permanent", message, request_sent=False, refused=True)
+
+    @property
+    def error_class(self) -> str:
+        return "budget"

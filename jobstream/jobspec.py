@@ -14,9 +14,13 @@ import orjson
 # limits (JOBSTREAM_OPENAI_FIRST_TOKEN_TIMEOUT_S, JOBSTREAM_OPENAI_IDLE_TIMEOUT_S).
 DEFAULT_TIMEOUT_S = 1800.0
 
+# The name of the built-in job: one prompt (or conversation) to one model.
+BUILT_IN_JOB = "llm"
+
 _SINCE_V1 = frozenset(
-    {"run_at", "delay_s", "messages", "instructions", "temperature", "top_p", "retain_s"}
-)
+    {"run_at", "delay_s", "messages", "instructions", "temperature", "top_p", "retain_s", "job",
+     "input", "max_cost_usd"}
+)  # fmt: skip
 
 # A chat message as stored: {"role": "system" | "developer" | "user" | "assistant", "content"}.
 Message = dict[str, str]
@@ -68,9 +72,28 @@ class JobSpec:
     # Seconds to keep the job after it ends (None: JOBSTREAM_RETENTION_S); stored in its own
     # column (jobs.retain_s), not in the payload: the worker never needs it.
     retain_s: int | None = None
+    # A job of the app's own (jobstream/app.py): its name and validated input (as JSON). None
+    # for the built-in job, whose input is the fields above.
+    job: str | None = None
+    input: Any = None
+    # The most the job may spend across its calls and attempts (a user job's ctx.llm calls).
+    max_cost_usd: float | None = None
+
+    @property
+    def job_name(self) -> str:
+        return self.job if self.job is not None else BUILT_IN_JOB
 
     def payload(self) -> dict[str, Any]:
         """What the worker needs to run an attempt (stored as jobs.payload)."""
+        if self.job is not None:
+            own: dict[str, Any] = {
+                "input": self.input,
+                "retry_unknown": self.retry_unknown,
+                "timeout_s": self.timeout_s,
+            }
+            if self.max_cost_usd is not None:
+                own["max_cost_usd"] = self.max_cost_usd
+            return own
         payload: dict[str, Any] = {
             "prompt": self.prompt,
             "model": self.model,
@@ -120,11 +143,15 @@ class AttemptSpec:
     messages: list[Message] | None = None
     instructions: str | None = None
     sampling: dict[str, float] = field(default_factory=dict)
+    # A job of the app's own: its input as stored (JSON), and its spending cap.
+    input: Any = None
+    max_cost_usd: float | None = None
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> AttemptSpec:
+        cap = payload.get("max_cost_usd")
         return cls(
-            prompt=payload["prompt"],
+            prompt=payload.get("prompt", ""),
             model=payload.get("model"),
             max_tokens=int(payload.get("max_tokens", 512)),
             retry_unknown=bool(payload.get("retry_unknown", False)),
@@ -133,4 +160,6 @@ class AttemptSpec:
             messages=payload.get("messages"),
             instructions=payload.get("instructions"),
             sampling=dict(payload.get("sampling") or {}),
+            input=payload.get("input"),
+            max_cost_usd=float(cap) if cap is not None else None,
         )

@@ -71,13 +71,13 @@ def insert_args(
 def _insert_row(ordinal: int, job_id: str, item: NewJob) -> list[Any]:
     """One element of INSERT_JOBS' $1: the job's fields at the places the statement reads them
     from (`item`: ord, id, key, hash, provider, priority, payload, metadata, max_attempts,
-    webhook_url, estimate, run_at, delay_s, retain_s)."""
+    webhook_url, estimate, run_at, delay_s, retain_s, job_name)."""
     spec = item.spec
     return [
         ordinal, job_id, item.idempotency_key, item.request_hash, spec.provider, spec.priority,
         item.payload, spec.metadata, spec.max_attempts, spec.webhook_url,
         str(item.reserved_usd),  # exact: a JSON number would pass through a float
-        _utc(spec.run_at), spec.delay_s, spec.retain_s,
+        _utc(spec.run_at), spec.delay_s, spec.retain_s, spec.job_name,
     ]  # fmt: skip
 
 

@@ -54,6 +54,7 @@ class JobRow:
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    job_name: str  # `llm`: the built-in job; else an `@app.job` of the deployment's app
 
     @classmethod
     def of(cls, r: asyncpg.Record) -> JobRow:
@@ -66,6 +67,7 @@ class JobRow:
             r["cancel_requested_at"], r["last_seq"], r["webhook_url"], r["estimate_usd"],
             r["reserved_usd"], r["charged_usd"], r["retry_of"], r["retried_as"], r["retain_s"],
             r["expires_at"], r["created_at"], r["started_at"], r["finished_at"], r["updated_at"],
+            r["job_name"],
         )  # fmt: skip
 
     @classmethod
@@ -88,7 +90,7 @@ class JobRow:
             r["id"], tenant_id, idempotency_key, request_hash, "queued", spec.priority,
             spec.provider, payload, spec.metadata, None, None, 0, spec.max_attempts, None,
             r["run_after"], None, 1, spec.webhook_url, reserved_usd, reserved_usd, None, None,
-            None, spec.retain_s, None, created_at, None, None, created_at,
+            None, spec.retain_s, None, created_at, None, None, created_at, spec.job_name,
         )  # fmt: skip
 
 

@@ -25,7 +25,8 @@ AttemptOutcome = Literal[
 
 # `attempt_error`, not `error`: EventSource fires its own `error` for connection trouble, and a
 # server event of that name would reach the same listeners.
-EventType = Literal["status", "reset", "token", "usage", "attempt_error", "done"]
+EventType = Literal["status", "reset", "token", "progress", "usage", "attempt_error", "done"]
 
-# How a provider failure is treated (DESIGN.md §7).
-ErrorKind = Literal["rate_limited", "transient", "permanent", "unknown"]
+# How a failure is treated (DESIGN.md §7): a provider's, or `error`, an unexpected exception in
+# a job's own code (retried with backoff, as a transient fault, while attempts are left).
+ErrorKind = Literal["rate_limited", "transient", "permanent", "unknown", "error"]

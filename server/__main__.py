@@ -8,6 +8,7 @@ import structlog
 import uvicorn
 
 from jobstream import heap, logs
+from jobstream.loading import AppNotFound, load_app
 from jobstream.settings import Settings
 from server import connections
 from server.app import create_app
@@ -19,6 +20,11 @@ def main() -> int:
     if settings is None:
         return 2
     logs.configure(settings.log_level, json=settings.log_json)
+    try:
+        jobs = load_app(settings.app)
+    except AppNotFound as exc:
+        print(f"jobstream server: {exc}", file=sys.stderr)
+        return 2
     open_files = connections.raise_open_file_limit()
     max_connections = connections.connection_limit(settings.max_connections, open_files)
     log = structlog.get_logger("server")
@@ -35,7 +41,7 @@ def main() -> int:
             detail="JOBSTREAM_MAX_CONNECTIONS is more than the open-file limit can hold",
         )
     config = uvicorn.Config(
-        create_app(settings),
+        create_app(settings, jobs=jobs),
         host=settings.host,
         port=settings.port,
         log_config=None,  # our structlog handlers format uvicorn's records too

@@ -16,7 +16,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from jobstream import db, migrations
+from jobstream.app import App
 from jobstream.clock import Clock, DatabaseClock
+from jobstream.loading import load_app
 from jobstream.settings import Settings
 from server import (
     access_log,
@@ -44,10 +46,15 @@ log = structlog.get_logger(__name__)
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
+def create_app(
+    settings: Settings, *, clock: Clock | None = None, jobs: App | None = None
+) -> Starlette:
+    """The HTTP API. `jobs` holds the jobs it creates besides the built-in one (None: the app
+    JOBSTREAM_APP names, if any), read at once so that a bad JOBSTREAM_APP stops the start."""
     if settings.database_url is None:
         raise ValueError("create_app needs settings.database_url")
     database_url = settings.database_url
+    definitions = dict((jobs if jobs is not None else load_app(settings.app)).jobs)
     access_log.install()
     # Made here, not in the lifespan: tokens signed with a per-process key must stay valid for
     # the app's whole life, and the server asks for shutdown before the lifespan ends.
@@ -108,6 +115,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> Starlette:
                 providers=providers,
                 notices=notices,
                 creates=creates,
+                jobs=definitions,
             )
             log.info("app_started")  # server_ready follows once uvicorn listens
             yield

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from jobstream import creates, new_jobs
-from server import job_body, representation, validation
+from server import job_input, representation, validation
 from server.auth import tenant_id
 from server.jobs_api import read_body, refusal_problem, require_json, reservation
 from server.problems import Problem
@@ -148,7 +148,8 @@ def _new_job(
     app: AppState, rules: SimulatedRules, fields: dict[str, Any], key: str | None
 ) -> new_jobs.NewJob:
     settings = app.settings
-    spec = job_body.job_spec(
+    spec = job_input.any_job_spec(
+        app.jobs,
         fields,
         default_provider=settings.default_provider,
         simulated=rules,

@@ -6,6 +6,8 @@ accepts; anything else, and every refusal with its message, goes field by field.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -82,10 +84,60 @@ def checked_spec(
         fields.error("provider", f"must be one of {', '.join(PROVIDERS)}")
     model = fields.string("model", None, lo=1, hi=200)
     max_tokens = fields.integer("max_tokens", 512, lo=1, hi=32_768)
+    envelope = checked_envelope(
+        fields, allow_private_webhooks=allow_private_webhooks, max_attempts=3,
+        timeout_s=DEFAULT_TIMEOUT_S,
+    )  # fmt: skip
+    simulate = fields.obj("simulate")
+    _check_simulate(fields, simulate)
+    for name, message in simulated.refusals(
+        provider=provider, simulate=simulate, max_tokens=max_tokens, timeout_s=envelope.timeout_s
+    ):
+        fields.error(name, message)
+    raise_if_invalid(fields)
+    return JobSpec(
+        prompt=prompt,
+        provider=provider,
+        model=model,
+        max_tokens=max_tokens,
+        simulate=simulate,
+        messages=messages,
+        instructions=instructions,
+        temperature=temperature,
+        top_p=top_p,
+        **envelope.fields(),
+    )
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """What every job's create may set, whatever the job: when and how it runs, who hears of
+    its end, how long it is kept."""
+
+    priority: int
+    max_attempts: int
+    retry_unknown: bool
+    timeout_s: float
+    webhook_url: str | None
+    metadata: dict[str, Any]
+    run_at: datetime | None
+    delay_s: float | None
+    retain_s: int | None
+
+    def fields(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def checked_envelope(
+    fields: Fields, *, allow_private_webhooks: bool, max_attempts: int, timeout_s: float
+) -> Envelope:
+    """The envelope's fields of `fields.body`, each bad one noted in `fields`; `max_attempts`
+    and `timeout_s` are the defaults of the job asked for."""
+    body = fields.body
     priority = fields.integer("priority", 0, lo=-10, hi=10)
-    max_attempts = fields.integer("max_attempts", 3, lo=1, hi=10)
+    attempts = fields.integer("max_attempts", max_attempts, lo=1, hi=10)
     retry_unknown = fields.boolean("retry_unknown", False)
-    timeout_s = fields.number("timeout_s", DEFAULT_TIMEOUT_S, lo=1, hi=3600)
+    timeout = fields.number("timeout_s", timeout_s, lo=1, hi=3600)
     webhook_url = fields.string("webhook_url", None, lo=1, hi=2000)
     if webhook_url is not None and not webhook_url.startswith(("http://", "https://")):
         fields.error("webhook_url", "must be an http:// or https:// URL")
@@ -98,12 +150,6 @@ def checked_spec(
     metadata = fields.obj("metadata")
     if len(orjson.dumps(metadata)) > METADATA_MAX_BYTES:
         fields.error("metadata", f"must be at most {METADATA_MAX_BYTES} bytes as JSON")
-    simulate = fields.obj("simulate")
-    _check_simulate(fields, simulate)
-    for name, message in simulated.refusals(
-        provider=provider, simulate=simulate, max_tokens=max_tokens, timeout_s=timeout_s
-    ):
-        fields.error(name, message)
     run_at = _run_at(fields)
     delay_s = None
     if body.get("delay_s") is not None:
@@ -113,6 +159,14 @@ def checked_spec(
     retain_s = None
     if body.get("retain_s") is not None:
         retain_s = fields.integer("retain_s", 1, lo=1, hi=MAX_RETAIN_S)
+    return Envelope(
+        priority, attempts, retry_unknown, timeout, webhook_url, metadata, run_at, delay_s,
+        retain_s,
+    )  # fmt: skip
+
+
+def raise_if_invalid(fields: Fields) -> None:
+    """The 422 naming every bad field, if any."""
     if fields.errors:
         raise Problem(
             422,
@@ -121,26 +175,6 @@ def checked_spec(
             f"{len(fields.errors)} field(s) are invalid.",
             errors=fields.errors,
         )
-    return JobSpec(
-        prompt=prompt,
-        provider=provider,
-        model=model,
-        max_tokens=max_tokens,
-        priority=priority,
-        max_attempts=max_attempts,
-        retry_unknown=retry_unknown,
-        timeout_s=timeout_s,
-        webhook_url=webhook_url,
-        metadata=metadata,
-        simulate=simulate,
-        run_at=run_at,
-        delay_s=delay_s,
-        messages=messages,
-        instructions=instructions,
-        temperature=temperature,
-        top_p=top_p,
-        retain_s=retain_s,
-    )
 
 
 # What most jobs send, with the default of each field that is left out. A batch create spends most

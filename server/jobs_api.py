@@ -19,7 +19,7 @@ from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound, R
 from jobstream.jobspec import JobSpec
 from jobstream.rows import JobRow
 from jobstream.types import JOB_STATUSES
-from server import gone, job_body, representation, validation
+from server import gone, job_input, representation, validation
 from server.auth import tenant_id
 from server.problems import Problem, not_found
 from server.responses import json_response
@@ -98,7 +98,8 @@ async def create_request(request: Request) -> tuple[str | None, dict[str, Any]]:
 
 def job_spec(app: AppState, body: dict[str, Any]) -> JobSpec:
     """The body as a job, under this server's rules, or a 422 naming every bad field."""
-    return job_body.job_spec(
+    return job_input.any_job_spec(
+        app.jobs,
         body,
         default_provider=app.settings.default_provider,
         simulated=SimulatedRules.of(app.settings),

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from jobstream.job_reads import Snapshot
+from jobstream.jobspec import BUILT_IN_JOB
 from jobstream.rows import AttemptRow, JobRow
 from server.stream_tokens import StreamTokens
 
@@ -56,8 +57,9 @@ def summary(job: JobRow, tokens: StreamTokens) -> dict[str, Any]:
     return {
         "id": job_id,
         "status": job.status,
+        "job": job.job_name,
         "provider": job.provider,
-        "prompt_preview": job.payload["prompt"][:120],
+        "prompt_preview": job.payload.get("prompt", "")[:120],
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
         "created_at": _iso(job.created_at),
@@ -89,17 +91,32 @@ def _attempt(row: AttemptRow) -> dict[str, Any]:
     }
 
 
+# The built-in job's input: the fields of its payload that its create asked for.
+_BUILT_IN_INPUT = ("prompt", "messages", "instructions", "model", "max_tokens", "sampling")
+
+
+def job_input(job: JobRow) -> Any:
+    """What the job was asked to do: a named job's validated input, or the built-in job's
+    prompt fields."""
+    payload = job.payload
+    if job.job_name != BUILT_IN_JOB:
+        return payload.get("input")
+    return {name: payload[name] for name in _BUILT_IN_INPUT if payload.get(name) is not None}
+
+
 def detail(snap: Snapshot, tokens: StreamTokens) -> dict[str, Any]:
     job = snap.job
     job_id = str(job.id)
     return {
         "id": job_id,
         "status": job.status,
+        "job": job.job_name,
+        "input": job_input(job),
         "provider": job.provider,
         "model": job.payload.get("model"),
         # The input, so a job opened on another device can show what was asked.
-        "prompt": job.payload["prompt"],
-        "max_tokens": job.payload["max_tokens"],
+        "prompt": job.payload.get("prompt"),
+        "max_tokens": job.payload.get("max_tokens"),
         "priority": job.priority,
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import asyncpg
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from jobstream.app import JobDefinition
 from jobstream.clock import Clock
 from jobstream.settings import Settings
 from server.create_writer import CreateWriter
@@ -29,6 +30,8 @@ class AppState:
     providers: dict[str, Provider]
     notices: RunnableNotices  # wakes workers for new jobs, outside the creating transactions
     creates: CreateWriter  # single creates of concurrent requests, one statement together
+    # The deployment's own jobs by name (JOBSTREAM_APP), besides the built-in `llm`.
+    jobs: dict[str, JobDefinition] = field(default_factory=dict)
     open_streams: int = 0  # SSE responses in progress in this process
 
     async def serve_stream(

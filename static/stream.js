@@ -7,7 +7,9 @@
 
 import { ApiError, TERMINAL, getJob, withParams } from "./api.js";
 
-const EVENT_TYPES = ["status", "reset", "token", "usage", "attempt_error", "resync", "done"];
+const EVENT_TYPES = [
+  "status", "reset", "token", "progress", "usage", "attempt_error", "resync", "done",
+];
 const POLL_WAIT_S = 25;
 
 const sleep = (ms, signal) =>
@@ -137,6 +139,9 @@ export class JobFollower {
         break;
       case "status":
         this.view.status(evt);
+        break;
+      case "progress":
+        if (evt.attempt === undefined || evt.attempt >= this.attempt) this.view.progress(evt);
         break;
       case "usage":
         this.view.usage(evt);

@@ -8,15 +8,17 @@ import signal
 import structlog
 
 from jobstream import db, migrations
+from jobstream.app import App
 from jobstream.settings import Settings
 from worker.worker import Worker
 
 log = structlog.get_logger(__name__)
 
 
-def create_worker(settings: Settings) -> Worker:
-    """The production worker: database clock, system randomness, providers from settings."""
-    return Worker(settings)
+def create_worker(settings: Settings, app: App | None = None) -> Worker:
+    """The production worker: database clock, system randomness, providers from settings,
+    and the jobs of `app` (None: JOBSTREAM_APP's)."""
+    return Worker(settings, app=app)
 
 
 async def prepare_database(url: str, timeout_s: float) -> None:
@@ -32,13 +34,13 @@ async def prepare_database(url: str, timeout_s: float) -> None:
     await db.start_with_database(url, timeout_s, migrate)
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings, app: App | None = None) -> None:
     """Run a worker until SIGTERM or SIGINT, then shut it down gracefully.
 
     Raises DatabaseUnavailable when PostgreSQL never answered within db_connect_timeout_s.
     """
     assert settings.database_url is not None  # checked by the caller, with a clear message
-    worker = create_worker(settings)
+    worker = create_worker(settings, app)
     # Every line of this process names its worker, signal handling included (the handlers below
     # run in a copy of this context).
     structlog.contextvars.bind_contextvars(worker_id=worker.worker_id)

@@ -1,6 +1,8 @@
-"""One attempt at a job: stream from the provider, persist the tokens, settle the outcome.
+"""One attempt at a job: run its code, persist the tokens, settle the outcome.
 
-The provider pump adds the stream's deltas to the attempt's coalescer itself (a delta through a
+The job's code is the built-in job's one provider stream, or an `@app.job` handler with its
+context (worker/handlers.py); either runs in the pump task. The pump adds the stream's deltas
+(and a handler's `ctx.emit` text) to the attempt's coalescer itself (a delta through a
 queue to the runner was a task switch and a timer per token, and at 50 tokens/s nearly every
 delta came alone), and the worker's token writer takes the due text from there as it puts each
 write together (worker/token_pull.py): a flush that goes well wakes nobody. Three sources feed
@@ -16,19 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Mapping
 
 import asyncpg
 import structlog
 
 from jobstream import db
+from jobstream.app import JobDefinition
 from jobstream.claims import Claimed
 from jobstream.clock import Clock
 from jobstream.errors import Fenced, ProviderError
 from jobstream.settings import Settings
-from jobstream.usage import Usage
 from worker.coalescer import Coalescer
 from worker.failure import Failure
+from worker.handlers import HandlerContext, run_definition
 from worker.inbox import (
     CancelRequested,
     Ending,
@@ -38,9 +41,12 @@ from worker.inbox import (
     StreamEnded,
     StreamFailed,
 )
+from worker.job_writes import JobWrites
 from worker.lease import Lease, Leases
+from worker.llm_calls import LLMCalls
 from worker.outcome import AttemptResult, LeaseExpired, OutcomeRecorder, SuccessWriter
 from worker.providers.base import Provider, ProviderRequest
+from worker.spend import Spend
 from worker.token_log import TokenLog
 from worker.token_pull import TokenPull
 from worker.token_writes import TokenWrites
@@ -53,7 +59,7 @@ class AttemptRunner:
         self,
         pool: asyncpg.Pool,
         held: Claimed,
-        provider: Provider,
+        providers: Mapping[str, Provider],
         settings: Settings,
         *,
         clock: Clock,
@@ -62,9 +68,13 @@ class AttemptRunner:
         claimed_at: float,
         write_success: SuccessWriter | None = None,
         token_writes: TokenWrites,
+        job: JobDefinition | None = None,
     ) -> None:
+        """`job` is the `@app.job` definition the attempt runs; None for the built-in job,
+        whose one call goes to `providers[held.provider]`."""
         self.held = held
-        self._provider = provider
+        self._pool = pool
+        self._job = job
         self._inbox = Inbox()
         self._coalescer = Coalescer(
             interval_s=settings.flush_interval_s, max_bytes=settings.flush_bytes
@@ -76,30 +86,37 @@ class AttemptRunner:
         self._pull = TokenPull(self._coalescer, self._tokens, self._inbox, token_writes)
         # Renewed with the worker's other attempts' from now on, until the stream ends.
         self._lease: Lease = leases.hold(held, self._inbox, claimed_at=claimed_at)
-        spec = held.spec
-        self._request = ProviderRequest(
-            prompt=spec.prompt,
-            model=spec.model,
-            max_tokens=spec.max_tokens,
-            attempt=held.attempt,
-            simulate=spec.simulate,
-            messages=spec.messages,
-            instructions=spec.instructions,
-            sampling=spec.sampling,
-        )
+        self._spend = Spend()
+        self._providers = providers
         self._outcome = OutcomeRecorder(
             pool,
             held,
             settings,
             clock=clock,
             rng=rng,
-            provider=provider,
-            request=self._request,
+            spend=self._spend,
             lease=self._lease,
             produced=self._coalescer,
             write_success=write_success,
         )
-        self._usage: Usage | None = None  # the provider's own, once it sends it
+        self._writes = writes = JobWrites(
+            pool,
+            held,
+            coalescer=self._coalescer,
+            tokens=self._tokens,
+            pull=self._pull,
+            inbox=self._inbox,
+            outcome=self._outcome,
+        )
+        self._llm = LLMCalls(
+            providers,
+            default_provider=held.provider,
+            attempt=held.attempt,
+            spend=self._spend,
+            writes=writes,
+            max_cost_usd=held.spec.max_cost_usd,
+        )
+        self._ctx = HandlerContext(held, self._llm, writes)
         self._provider_stopped = False  # we cancelled the stream and it closed cleanly
         # The outcome write, shielded from cancellation; kept so that a worker that had to
         # cancel this runner can still wait for the write to land.
@@ -122,7 +139,13 @@ class AttemptRunner:
         id, attempt, run token): the worker runs each attempt in a task of its own context."""
         held = self.held
         # One log line per change of the job's status: this one, and the settling one.
-        log.info("attempt_started", status="running", provider=held.provider, model=held.spec.model)
+        log.info(
+            "attempt_started",
+            status="running",
+            job=held.job_name,
+            provider=held.provider,
+            model=held.spec.model,
+        )
         try:
             ending = await self._consume()
         except Exception as exc:
@@ -161,6 +184,8 @@ class AttemptRunner:
                     wait_until = give_up_at if due_at is None else min(due_at, give_up_at)
                 endings = await self._inbox.take(wait_until)
                 if endings:
+                    if isinstance(endings[0], CancelRequested):
+                        self._ctx.cancelled.set()
                     return endings[0]  # its pending deltas are written as it settles
                 now = loop.time()
                 if now >= give_up_at:
@@ -170,53 +195,62 @@ class AttemptRunner:
                 # One write for all that is due, however many chunks (events of at most
                 # flush_bytes each) it holds.
                 if coalescer.flush_due(now):
-                    with pull.writing_alone():
-                        if not await self._flushed():
-                            return LeaseLost("a token write was refused: the job moved on")
+                    async with self._writes.alone:
+                        with pull.writing_alone():
+                            if not await self._flushed():
+                                return LeaseLost("a token write was refused: the job moved on")
                 pull.pending(loop.time())  # the log is sure again: back to the writer
         finally:
             pull.detach()
             self._lease.release()
             await self._stop(pump)
+            self._writes.end()  # a handler still running in a thread can write nothing more
             await pull.idle()  # its last write's answer, before settling reads the log
 
     async def _pump(self) -> None:
-        """Move the provider's stream into the coalescer; its end or failure goes to the inbox."""
-        stream = self._provider.stream(self._request)
-        ending: Ending = StreamEnded()
-        coalescer = self._coalescer
-        pull = self._pull
-        loop = asyncio.get_running_loop()
+        """Run the job's code; its end or failure goes to the inbox."""
+        ending: Ending
         try:
-            async for item in stream:
-                if isinstance(item, Usage):
-                    self._usage = item
-                    continue
-                text = item.text
-                if "\x00" in text:
-                    # PostgreSQL's jsonb cannot hold U+0000: every flush of this text failed and
-                    # the job was retried to death, paying the provider each time. Replaced
-                    # once, here, so that the log and the result agree.
-                    text = text.replace("\x00", "\ufffd")
-                idle = coalescer.due_at is None
-                now = loop.time()
-                if coalescer.add(text, now) or (idle and coalescer.due_at is not None):
-                    pull.pending(now)  # a flush is due, or its time was just set
+            if self._job is None:
+                await self._built_in()
+                ending = StreamEnded()
+            else:
+                output = await run_definition(self._job, self.held, self._ctx)
+                ending = StreamEnded(output)
         except ProviderError as exc:
             ending = StreamFailed(Failure.from_provider(exc))
         except TimeoutError:
             # A timeout of the provider's own making counts as the attempt's.
             ending = self._timed_out()
         except Exception as exc:
-            log.exception("provider_stream_crashed")
-            ending = StreamFailed(Failure.internal(exc))
-        finally:
-            await _close(stream)
+            if self._job is None:
+                log.exception("provider_stream_crashed")
+                ending = StreamFailed(Failure.internal(exc))
+            else:
+                failure = Failure.of_handler(exc)
+                log.info("job_code_raised", error_class=failure.error_class, error=failure.message)
+                ending = StreamFailed(failure)
         # Always posted (unless we were cancelled): the runner's loop waits for it.
         self._inbox.put_nowait(ending)
 
+    async def _built_in(self) -> None:
+        """The built-in `llm` job: one call, the job's prompt to its provider."""
+        spec = self.held.spec
+        request = ProviderRequest(
+            prompt=spec.prompt,
+            model=spec.model,
+            max_tokens=spec.max_tokens,
+            attempt=self.held.attempt,
+            simulate=spec.simulate,
+            messages=spec.messages,
+            instructions=spec.instructions,
+            sampling=spec.sampling,
+        )
+        name = self.held.provider
+        await self._llm.run(name, self._providers[name], request)
+
     def _timed_out(self) -> StreamFailed:
-        sent = self._request.send_mark.sent
+        sent = self._spend.request_sent
         return StreamFailed(Failure.timed_out(self.held.spec.timeout_s, request_sent=sent))
 
     async def _stop(self, pump: asyncio.Task[None]) -> None:
@@ -283,7 +317,7 @@ class AttemptRunner:
                 chunk = ""
             try:
                 return await self._outcome.record(
-                    ending, chunk, usage=self._usage, provider_stopped=self._provider_stopped
+                    ending, chunk, provider_stopped=self._provider_stopped
                 )
             except Fenced as refused:
                 if isinstance(ending, CancelRequested):
@@ -295,7 +329,7 @@ class AttemptRunner:
                     if chunk:
                         await self._outcome.persist(lambda: self._tokens.write([chunk]))
                     return await self._outcome.confirm_cancel(
-                        usage=self._usage, provider_stopped=self._provider_stopped
+                        provider_stopped=self._provider_stopped
                     )
                 except Fenced:
                     raise refused from None
@@ -305,14 +339,3 @@ class AttemptRunner:
         except LeaseExpired as exc:
             log.warning("attempt_abandoned", reason=str(exc))
             return "abandoned"
-
-
-async def _close(stream: object) -> None:
-    """Close the provider's stream, which closes its request (the Provider protocol)."""
-    aclose: Callable[[], Awaitable[object]] | None = getattr(stream, "aclose", None)
-    if aclose is None:
-        return
-    try:
-        await aclose()
-    except Exception:
-        log.warning("provider_stream_close_failed", exc_info=True)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from jobstream.errors import ProviderError
+from jobstream.errors import PermanentError, ProviderError, TransientError
 from jobstream.types import ErrorKind
 
 
@@ -18,10 +19,22 @@ class Failure:
     # Known to have cost nothing (refused with an error status, or never sent): the attempt's
     # cost is then a known zero rather than our estimate.
     billed_nothing: bool = False
+    # The traceback of an exception the job's own code raised: the attempt's row keeps it for
+    # operators; the job's public error has only the class and message.
+    trace: str | None = None
+    # The provider that failed, when a 429 is to pause it (a job's calls may use several).
+    provider: str | None = None
 
     @classmethod
     def from_provider(cls, exc: ProviderError) -> Failure:
-        return cls(exc.kind, exc.error_class, exc.message, exc.retry_after_s, exc.billed_nothing)
+        return cls(
+            exc.kind,
+            exc.error_class,
+            exc.message,
+            exc.retry_after_s,
+            exc.billed_nothing,
+            provider=exc.provider,
+        )
 
     @classmethod
     def timed_out(cls, timeout_s: float, *, request_sent: bool) -> Failure:
@@ -39,6 +52,19 @@ class Failure:
         # A bug of ours, not the provider's verdict: retried like a transient fault, labelled
         # so that nobody mistakes it for a provider outage.
         return cls("transient", "internal", f"{type(exc).__name__}: {exc}")
+
+    @classmethod
+    def of_handler(cls, exc: Exception) -> Failure:
+        """What a job's own code raised: its kind by what it chose to raise, anything else
+        an `error` (retried with backoff while attempts are left)."""
+        if isinstance(exc, ProviderError):
+            return cls.from_provider(exc)
+        if isinstance(exc, TransientError):
+            return cls("transient", "transient", exc.message, exc.retry_after_s)
+        if isinstance(exc, PermanentError):
+            return cls("permanent", exc.error_class, exc.message)
+        trace = "".join(traceback.format_exception(exc))
+        return cls("error", type(exc).__name__, str(exc) or type(exc).__name__, trace=trace)
 
     def to_json(self) -> dict[str, Any]:
         return {"class": self.error_class, "message": self.message}

@@ -18,7 +18,10 @@ from worker.failure import Failure
 
 @dataclass(frozen=True)
 class StreamEnded:
-    """The provider finished its answer."""
+    """The job's code (the built-in job's provider stream) finished; `output` is its
+    validated structured result, if its definition has an output model."""
+
+    output: object = None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from decimal import Decimal
 from typing import Literal, TypeVar
 
 import asyncpg
@@ -26,7 +25,7 @@ from worker.coalescer import Coalescer
 from worker.failure import Failure
 from worker.inbox import CancelRequested, Interrupted, StreamEnded, StreamFailed
 from worker.lease import Lease
-from worker.providers.base import Provider, ProviderRequest
+from worker.spend import Spend
 
 # The attempt's logger: its settling line is one of its two status lines (with
 # `attempt_started`), and log filters select an attempt's lines by this name.
@@ -78,9 +77,9 @@ class LeaseExpired(Exception):
 class OutcomeRecorder:
     """Writes the outcome of one attempt; its runner builds it and calls it once, as it settles.
 
-    The provider's usage and whether the provider stopped for us are passed in at that moment
-    (the stream has stopped by then); what the stream produced is read from the runner's
-    coalescer, so that the output text is joined only for a success.
+    What the attempt's calls used is read from its Spend, and whether the provider stopped for
+    us is passed in (the calls have stopped by then); what the attempt produced is read from the
+    runner's coalescer, so that the output text is joined only for a success.
     """
 
     def __init__(
@@ -91,8 +90,7 @@ class OutcomeRecorder:
         *,
         clock: Clock,
         rng: random.Random,
-        provider: Provider,
-        request: ProviderRequest,
+        spend: Spend,
         lease: Lease,
         produced: Coalescer,
         write_success: SuccessWriter | None = None,
@@ -102,9 +100,7 @@ class OutcomeRecorder:
         self._settings = settings
         self._clock = clock
         self._rng = rng
-        # Our cost estimate, when the provider sent no usage, is the provider's to make.
-        self._provider = provider
-        self._request = request
+        self._spend = spend
         self._lease = lease  # its deadline bounds how long a write retries
         self._produced = produced
         # The worker's group writer (worker/completions.py), or a statement of our own.
@@ -117,29 +113,28 @@ class OutcomeRecorder:
         ending: StreamEnded | StreamFailed | CancelRequested | Interrupted,
         last_chunk: str,
         *,
-        usage: Usage | None,
         provider_stopped: bool,
     ) -> AttemptResult:
-        """Write the outcome of `ending`; `usage` is the provider's own, if it sent it."""
+        """Write the outcome of `ending`."""
         match ending:
-            case StreamEnded():
-                return await self._succeed(last_chunk, usage)
+            case StreamEnded(output=output):
+                return await self._succeed(last_chunk, output)
             case StreamFailed(failure=failure):
-                return await self._fail(failure, usage)
+                return await self._fail(failure)
             case CancelRequested():
-                return await self.confirm_cancel(usage=usage, provider_stopped=provider_stopped)
+                return await self.confirm_cancel(provider_stopped=provider_stopped)
             case Interrupted():
-                return await self._hand_back(usage)
+                return await self._hand_back()
 
-    async def _succeed(self, last_chunk: str, usage: Usage | None) -> AttemptResult:
-        usage = self._usage_so_far(usage)
+    async def _succeed(self, last_chunk: str, output: object) -> AttemptResult:
+        usage = self._spend.total()
         text = self._produced.output
-        success = attempts.Success(self._held, text, usage, last_chunk)
+        success = attempts.Success(self._held, text, usage, last_chunk, output)
         await self.persist(lambda: self._write_success(success))
         log.info("attempt_succeeded", status="succeeded", **_usage_fields(usage))
         return "succeeded"
 
-    async def _fail(self, failure: Failure, reported: Usage | None) -> AttemptResult:
+    async def _fail(self, failure: Failure) -> AttemptResult:
         held = self._held
         decision = retry.decide(
             failure.kind,
@@ -157,16 +152,11 @@ class OutcomeRecorder:
             if pause_s is None:
                 pause_s = decision.delay_s
             if pause_s > 0:
-                await self._pause_provider(pause_s)
+                await self._pause_provider(failure.provider or held.provider, pause_s)
         # Refused before any work, or never sent: the provider billed nothing. Otherwise it may
         # have (a stream that broke, or a known failure after output), and unless it told us the
         # usage we only have our estimate.
-        if reported is not None:
-            usage = reported
-        elif failure.billed_nothing and self._produced.deltas == 0:
-            usage = Usage(cost_usd=Decimal(0), cost_known=True)
-        else:
-            usage = self._estimated_usage()
+        usage = self._spend.total(refused_call_billed_nothing=failure.billed_nothing)
         await self.persist(
             lambda: attempts.fail(
                 self._pool,
@@ -177,6 +167,7 @@ class OutcomeRecorder:
                 usage=usage,
                 retry_in_s=decision.delay_s,
                 clock=self._clock,
+                trace=failure.trace,
             )
         )
         log.info(
@@ -190,19 +181,19 @@ class OutcomeRecorder:
         )
         return _RESULT_OF_ACTION[decision.action]
 
-    async def _pause_provider(self, seconds: float) -> None:
+    async def _pause_provider(self, provider: str, seconds: float) -> None:
         # Before the requeue's NOTIFY wakes other workers, so that they see the pause.
         try:
-            until = await pauses.pause(self._pool, self._held.provider, seconds, self._clock)
+            until = await pauses.pause(self._pool, provider, seconds, self._clock)
         except db.DISCONNECTS as exc:
             # The job's own retry still waits out Retry-After; only the others may hit the 429.
             log.warning("provider_pause_failed", error=str(exc) or type(exc).__name__)
             return
-        log.info("provider_paused", provider=self._held.provider, until=until.isoformat())
+        log.info("provider_paused", provider=provider, until=until.isoformat())
 
-    async def confirm_cancel(self, *, usage: Usage | None, provider_stopped: bool) -> AttemptResult:
+    async def confirm_cancel(self, *, provider_stopped: bool) -> AttemptResult:
         """Settle the job as cancelled (it is `cancelling` under our run token)."""
-        usage = self._usage_so_far(usage)
+        usage = self._spend.total()
         await self.persist(
             lambda: attempts.confirm_cancel(
                 self._pool,
@@ -220,23 +211,11 @@ class OutcomeRecorder:
         )
         return "cancelled"
 
-    async def _hand_back(self, usage: Usage | None) -> AttemptResult:
-        usage = self._usage_so_far(usage)
+    async def _hand_back(self) -> AttemptResult:
+        usage = self._spend.total()
         await self.persist(lambda: attempts.hand_back(self._pool, self._held, usage, self._clock))
         log.info("attempt_handed_back", status="queued", **_usage_fields(usage))
         return "interrupted"
-
-    def _usage_so_far(self, reported: Usage | None) -> Usage:
-        """The provider's own usage once it sent it; until then our estimate, flagged as such."""
-        return reported or self._estimated_usage()
-
-    def _estimated_usage(self) -> Usage:
-        produced = self._produced.deltas
-        return Usage(
-            output_tokens=produced,
-            cost_usd=self._provider.estimate_cost(self._request, produced),
-            cost_known=False,
-        )
 
     async def persist(self, write: Callable[[], Awaitable[T]]) -> T:
         """Run a fenced write, retrying a lost connection for as long as the lease lasts.

@@ -75,7 +75,7 @@ def decide(
         case "unknown" if not retry_unknown:
             # The provider may have done the work: running it again could do it twice.
             return Decision("fail", outcome, 0.0)
-        case "rate_limited" | "transient" | "unknown":
+        case "rate_limited" | "transient" | "unknown" | "error":
             if exhausted:
                 return Decision("dead", outcome, 0.0)
             delay = backoff.delay(attempt, rng)

@@ -20,9 +20,12 @@ import asyncpg
 import structlog
 
 from jobstream import attempts, channels, claims, db, logs
+from jobstream.app import App
 from jobstream.claims import Claimed
 from jobstream.clock import Clock, DatabaseClock
+from jobstream.jobspec import BUILT_IN_JOB
 from jobstream.listener import Listener
+from jobstream.loading import load_app
 from jobstream.settings import Settings
 from worker import janitor as janitors
 from worker.attempt import AttemptRunner
@@ -50,7 +53,10 @@ class Worker:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         providers: Mapping[str, Provider] | None = None,
+        app: App | None = None,
     ) -> None:
+        """`app` holds the jobs this worker runs besides the built-in one (None: the app
+        JOBSTREAM_APP names, if any)."""
         if settings.database_url is None:
             raise ValueError("the worker needs settings.database_url (DATABASE_URL)")
         self._settings = settings
@@ -61,6 +67,9 @@ class Worker:
         self._rng = rng or random.Random()
         self._owns_providers = providers is None
         self._providers = dict(providers) if providers is not None else build_providers(settings)
+        self._jobs = dict((app if app is not None else load_app(settings.app)).jobs)
+        # The names this worker claims: a job of any other name waits for a worker that has it.
+        self.job_names = [BUILT_IN_JOB, *sorted(self._jobs)]
         self.worker_id = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self._running: dict[tuple[uuid.UUID, int], Running] = {}
         self._wake = asyncio.Event()
@@ -155,6 +164,7 @@ class Worker:
             log.info(
                 "worker_started",
                 providers=sorted(self._providers),
+                jobs=self.job_names,
                 concurrency=self._settings.worker_concurrency,
                 provider_limits=self._settings.provider_limits,
             )
@@ -263,6 +273,7 @@ class Worker:
                 clock=self._clock,
                 limits=self._settings.provider_limits,
                 max_jobs=slots,
+                names=self.job_names,
             )
             for held in batch:
                 self._start(pool, held, claimed_at)
@@ -288,7 +299,7 @@ class Worker:
         runner = AttemptRunner(
             pool,
             held,
-            self._providers[held.provider],
+            self._providers,
             self._settings,
             clock=self._clock,
             rng=self._rng,
@@ -296,6 +307,7 @@ class Worker:
             claimed_at=claimed_at,
             write_success=self._completions.accept if self._completions else None,
             token_writes=self._token_writes,
+            job=self._jobs.get(held.job_name),
         )
         key = (held.job_id, held.attempt)
         # The attempt's log lines carry its job, attempt and run token: set in the context the

@@ -31,6 +31,13 @@ class ProcessSettings:
         "JSON log lines (true) or console lines (false). Unset: console lines when stderr is a "
         "terminal, JSON otherwise. Colour only on a terminal.",
     )
+    app: str | None = setting(
+        "JOBSTREAM_APP",
+        None,
+        "Your jobs, as `package.module:app` (a jobstream.App), importable from the working "
+        "directory. The server validates inputs and publishes schemas with it, the worker runs "
+        "its handlers. Unset: only the built-in `llm` job exists.",
+    )
     pg_port: int = setting(
         "JOBSTREAM_PG_PORT",
         54329,

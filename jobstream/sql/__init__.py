@@ -33,6 +33,7 @@ class Queries:
     FAIL_JOB: str
     CONFIRM_CANCEL: str
     FINISH_ATTEMPT: str
+    EARLIER_ATTEMPTS_COST: str
     # claiming.sql
     CLAIM_JOBS: str
     PAUSE_PROVIDER: str

@@ -149,14 +149,14 @@ RETURNING *
 -- name: FINISH_ATTEMPT
 -- An attempt's end other than success, and the reaper's `lost` (jobstream/attempts.py): a running
 -- attempt's tokens, cost and cancel_confirmed are NULL until it ends, so the reaper passes NULLs
--- and loses nothing. The INSERT after `ended` adds the attempt to the metrics' counters
+-- and loses nothing. $12 is the traceback of an exception of the job's own code, for operators. The INSERT after `ended` adds the attempt to the metrics' counters
 -- (metrics.sql); one row, so its histogram is duration_counts' (schema.sql).
 WITH ended AS (
     UPDATE job_attempts
        SET outcome = $3, finished_at = coalesce($11::timestamptz, statement_timestamp()),
            error_class = $4, error_detail = $5,
            input_tokens = $6, output_tokens = $7, cost_usd = $8, cost_known = $9,
-           cancel_confirmed = $10
+           cancel_confirmed = $10, error_trace = $12
      WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
     RETURNING provider, outcome, cost_usd, cost_known,
               extract(epoch FROM finished_at - started_at)::float8 AS run_s
@@ -182,3 +182,8 @@ ON CONFLICT (backend, provider) DO UPDATE
        cost_unknown = m.cost_unknown + EXCLUDED.cost_unknown,
        run_counts = add_counts(m.run_counts, EXCLUDED.run_counts),
        run_s = m.run_s + EXCLUDED.run_s
+
+-- name: EARLIER_ATTEMPTS_COST
+-- What a job's earlier attempts cost ($1 the job, $2 this attempt): a job with max_cost_usd
+-- counts it against its cap before its first call of this attempt (worker/spend.py).
+SELECT coalesce(sum(cost_usd), 0) FROM job_attempts WHERE job_id = $1 AND attempt < $2

@@ -7,11 +7,13 @@
 -- Claim up to $8 runnable jobs in one call of schema.sql's claim_jobs (its comment says how the
 -- claim stays fair and within every limit): $1 providers without a limit, $2 worker id, $3 lease
 -- seconds, $4 now (NULL: the database clock), $5 providers with a limit, sorted, and $6 their
--- limits, $7 tenants to skip (found full by an earlier try). Rows with no id: the tenants they
--- name went over their running limit, and the claim undid itself.
+-- limits, $7 tenants to skip (found full by an earlier try), $9 the job names the worker runs.
+-- Rows with no id: the tenants they name went over their running limit, and the claim undid
+-- itself.
 SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,
-       last_seq
-  FROM claim_jobs($1::text[], $2, $3, $4::timestamptz, $5::text[], $6::int[], $7::text[], $8)
+       last_seq, job_name
+  FROM claim_jobs($1::text[], $2, $3, $4::timestamptz, $5::text[], $6::int[], $7::text[], $8,
+                  $9::text[])
 
 -- name: PAUSE_PROVIDER
 -- A 429 pauses the provider for every worker (CLAIM_JOBS skips paused providers). GREATEST keeps

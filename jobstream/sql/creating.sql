@@ -40,7 +40,8 @@ WITH tenant AS (
     SELECT (e->>0)::int AS ord, (e->>1)::uuid AS id, e->>2 AS key, e->>3 AS hash,
            e->>4 AS provider, (e->>5)::smallint AS priority, e->6 AS payload, e->7 AS metadata,
            (e->>8)::int AS max_attempts, e->>9 AS webhook_url, (e->>10)::numeric AS estimate,
-           (e->>11)::timestamptz AS run_at, (e->>12)::float8 AS delay_s, (e->>13)::int AS retain_s
+           (e->>11)::timestamptz AS run_at, (e->>12)::float8 AS delay_s, (e->>13)::int AS retain_s,
+           e->>14 AS job_name
       FROM jsonb_array_elements($1::jsonb) AS e,
            tenant
      WHERE tenant.go
@@ -54,13 +55,13 @@ WITH tenant AS (
 ), inserted AS (
     INSERT INTO jobs (id, tenant_id, idempotency_key, request_hash, provider, priority, payload,
                       metadata, max_attempts, webhook_url, estimate_usd, reserved_usd, run_after,
-                      last_seq, created_at, updated_at, retain_s)
+                      last_seq, created_at, updated_at, retain_s, job_name)
     SELECT n.id, $2, n.key, n.hash, n.provider, n.priority, n.payload, n.metadata,
            n.max_attempts, n.webhook_url, n.estimate, n.estimate,
            coalesce(n.run_at, coalesce($3::timestamptz, statement_timestamp())
                               + make_interval(secs => coalesce(n.delay_s, 0))),
            1, coalesce($3::timestamptz, statement_timestamp()),
-           coalesce($3::timestamptz, statement_timestamp()), n.retain_s
+           coalesce($3::timestamptz, statement_timestamp()), n.retain_s, n.job_name
       FROM item n
      WHERE n.id IN (SELECT job_id FROM listed)
      ORDER BY n.ord

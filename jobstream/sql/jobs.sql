@@ -57,12 +57,12 @@ WITH old AS (
 ), created AS (
     INSERT INTO jobs (id, tenant_id, request_hash, provider, priority, payload, metadata,
                       max_attempts, webhook_url, estimate_usd, reserved_usd, run_after, last_seq,
-                      created_at, updated_at, retry_of, retain_s)
+                      created_at, updated_at, retry_of, retain_s, job_name)
     SELECT $2, tenant_id, request_hash, provider, priority, payload, metadata, max_attempts,
            webhook_url, estimate_usd, estimate_usd,
            coalesce($3::timestamptz, statement_timestamp()), 1,
            coalesce($3::timestamptz, statement_timestamp()),
-           coalesce($3::timestamptz, statement_timestamp()), id, retain_s
+           coalesce($3::timestamptz, statement_timestamp()), id, retain_s, job_name
       FROM old
     RETURNING *
 ), listed AS (

@@ -125,7 +125,7 @@ async def test_a_claim_that_loses_the_race_for_a_tenants_last_slot_undoes_itself
     # undo the claim as well, and be logged at every lost race).
     await pool.execute("UPDATE tenants SET max_running = 1 WHERE id = 'default'")
     await enqueue(pool, "default", 2)
-    args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 1)
+    args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 1, ["llm"])
     first, second = [await db.connect(database_url) for _ in range(2)]
     try:
         ahead = first.transaction()
@@ -183,7 +183,7 @@ async def statement_pages(pool: asyncpg.Pool, statement: str, *args: object) -> 
 
 async def claim_buffers(pool: asyncpg.Pool) -> int:
     """Pages one claim of 8 jobs touches."""
-    args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 8)
+    args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 8, ["llm"])
     touched, rows = await statement_pages(pool, queries.CLAIM_JOBS, *args)
     assert rows == 8
     return touched
@@ -209,7 +209,7 @@ async def test_the_claim_reads_as_much_with_20000_jobs_queued_as_with_200(
 
 async def limited_claim_buffers(pool: asyncpg.Pool, limited: list[str]) -> int:
     """Pages a claim for providers with a limit touches (their probe, then the claim)."""
-    args: tuple[object, ...] = ([], "w", 30.0, None, limited, [16] * len(limited), [], 8)
+    args: tuple[object, ...] = ([], "w", 30.0, None, limited, [16] * len(limited), [], 8, ["llm"])
     touched, _ = await statement_pages(pool, queries.CLAIM_JOBS, *args)
     return touched
 
@@ -229,7 +229,17 @@ async def test_a_limited_providers_probe_reads_as_much_with_20000_jobs_queued_as
     assert large < 1.5 * small + 10, (small, large)
     # The probe locks (upserts) the row of a provider with runnable work, and only that one.
     assert await pool.fetchval("SELECT count(*) FROM provider_state") == 0
-    args: tuple[object, ...] = ([], "w", 30.0, None, ["openai", "simulated"], [16, 16], [], 8)
+    args: tuple[object, ...] = (
+        [],
+        "w",
+        30.0,
+        None,
+        ["openai", "simulated"],
+        [16, 16],
+        [],
+        8,
+        ["llm"],
+    )
     claimed = await pool.fetch(queries.CLAIM_JOBS, *args)
     assert [row["provider"] for row in claimed] == ["simulated"] * 8
     assert await pool.fetchval("SELECT array_agg(provider) FROM provider_state") == ["simulated"]
@@ -271,7 +281,7 @@ async def test_two_claims_taking_turns_behind_a_third_never_deadlock(
         await writer.execute("UPDATE tenants SET last_claimed_at = now() WHERE id = 'default'")
 
         async def take_turn(conn: asyncpg.Connection) -> int:
-            args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 1)
+            args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 1, ["llm"])
             return len(await conn.fetch(queries.CLAIM_JOBS, *args))
 
         turns = [asyncio.create_task(take_turn(first))]

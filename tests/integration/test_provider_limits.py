@@ -123,7 +123,7 @@ async def test_schema_applies_while_a_claim_holds_a_provider_row(
 
             await eventually(settled, bool, what="the schema is applied or waits for a lock")
             job = await claimer.fetchrow(
-                queries.CLAIM_JOBS, [], "w", 30.0, None, ["openai"], [LIMIT], [], 1
+                queries.CLAIM_JOBS, [], "w", 30.0, None, ["openai"], [LIMIT], [], 1, ["llm"]
             )
         async with asyncio.timeout(10):
             await applying

@@ -1,0 +1,296 @@
+"""Your own code as jobs (`@app.job`, docs/jobs.md) through a live server and worker: created over
+HTTP, run by a worker that loads the test app, followed over SSE and long-poll, with every write
+fenced, every call's cost recorded and the tenant charged once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from jobstream.settings import Settings
+from server.app import create_app
+from tests.support.fake_openai import FakeOpenAI, Reply
+from tests.support.http_server import http_client, serve
+from tests.support.openai_jobs import billed_usd, openai_settings, tenant_money
+from tests.support.polling import eventually, signalled
+from tests.support.sse_client import read_stream
+from tests.support.sse_client import reassemble as reassemble_frames
+from tests.support.user_jobs import app, probe
+from tests.support.workers import (
+    attempt_rows,
+    event_list,
+    job_row,
+    manual_clock,
+    reassemble,
+    running_worker,
+    wait_for_status,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def ai_settings(settings: Settings, fake: FakeOpenAI) -> Settings:
+    return openai_settings(settings, fake.base_url)
+
+
+@pytest.fixture
+async def api(ai_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    async with (
+        serve(create_app(ai_settings, jobs=app)) as url,
+        http_client(url, timeout=30) as client,
+    ):
+        yield client
+
+
+async def submit(api: httpx.AsyncClient, job: str, input: dict[str, Any], **envelope: Any) -> str:
+    response = await api.post("/api/jobs", json={"job": job, "input": input, **envelope})
+    assert response.status_code == 202, response.text
+    job_id: str = response.json()["id"]
+    return job_id
+
+
+async def long_poll(api: httpx.AsyncClient, job_id: str) -> list[dict[str, Any]]:
+    """Every event of the job, read as a polling client does: after its cursor, waiting."""
+    seen: list[dict[str, Any]] = []
+    after = 0
+    while not seen or seen[-1]["type"] != "done":
+        response = await api.get(f"/api/jobs/{job_id}/events", params={"after": after, "wait": 5})
+        assert response.status_code == 200, response.text
+        batch = response.json()["events"]
+        seen += batch
+        after = seen[-1]["seq"] if seen else after
+    return seen
+
+
+async def test_a_three_call_pipeline_streams_to_every_follower_and_costs_what_was_billed(
+    pool: asyncpg.Pool, ai_settings: Settings, api: httpx.AsyncClient, fake: FakeOpenAI
+) -> None:
+    job_id = await submit(api, "pipeline", {"topic": "leases and fencing"})
+    created = (await api.get(f"/api/jobs/{job_id}")).json()
+    sse = asyncio.create_task(read_stream(api, created["events_url"]))
+    polled = asyncio.create_task(long_poll(api, job_id))
+    async with running_worker(ai_settings, pool=pool, app=app):
+        await wait_for_status(pool, uuid.UUID(job_id), "succeeded")
+        frames, polls = await asyncio.gather(sse, polled)
+    job = (await api.get(f"/api/jobs/{job_id}")).json()
+    assert job["job"] == "pipeline"
+    assert job["input"] == {"topic": "leases and fencing", "provider": "openai", "max_tokens": 6}
+    text = job["result"]["text"]
+    assert text.count("\n") == 2 and len(text) > 10
+    assert reassemble_frames(frames.events) == reassemble_frames(polls) == text
+    for events in (frames.events, polls):
+        progress = [(e["fraction"], e["message"]) for e in events if e["type"] == "progress"]
+        assert progress == [
+            (0.0, "outline"), (1 / 3, "draft"), (2 / 3, "polish"), (1.0, "done")
+        ]  # fmt: skip
+    # Each progress event follows the text emitted before it: the second comes after the first
+    # call's whole answer and its newline.
+    log = await event_list(pool, uuid.UUID(job_id))
+    draft_at = next(
+        i for i, e in enumerate(log) if e.type == "progress" and e.data["message"] == "draft"
+    )
+    before_draft = reassemble(log[:draft_at])
+    assert before_draft.endswith("\n") and before_draft.count("\n") == 1
+    # Three calls, each fed the last one's answer; every one costed in the attempt's row.
+    records = fake.stats().records
+    assert [r.prompt.split()[0] for r in records] == ["outline", "draft", "polish"]
+    (attempt,) = await attempt_rows(pool, uuid.UUID(job_id))
+    assert attempt["outcome"] == "succeeded" and attempt["cost_known"]
+    assert attempt["cost_usd"] == billed_usd(records)
+    assert attempt["output_tokens"] == sum(r.tokens_sent for r in records)
+    row = await job_row(pool, uuid.UUID(job_id))
+    assert row["charged_usd"] == attempt["cost_usd"]
+    assert await tenant_money(pool) == (Decimal(0), attempt["cost_usd"])
+
+
+async def test_a_sync_handler_returns_a_validated_output_beside_its_text(
+    pool: asyncpg.Pool, ai_settings: Settings, api: httpx.AsyncClient
+) -> None:
+    counted = await submit(api, "count_words", {"text": "durable jobs on postgres"})
+    echoed = await submit(api, "echo", {"text": "said once"})
+    async with running_worker(ai_settings, pool=pool, app=app):
+        for job_id in (counted, echoed):
+            await wait_for_status(pool, uuid.UUID(job_id), "succeeded")
+    job = (await api.get(f"/api/jobs/{counted}")).json()
+    assert job["result"]["output"] == {"words": 4, "first": "durable"}
+    assert job["result"]["text"] == "DURABLE JOBS ON POSTGRES"
+    log = await event_list(pool, uuid.UUID(counted))
+    assert [e.data for e in log if e.type == "progress"] == [
+        {"fraction": 0.5, "message": "counting"}
+    ]
+    echo = (await api.get(f"/api/jobs/{echoed}")).json()
+    assert echo["result"]["text"] == "said once" and "output" not in echo["result"]
+    assert reassemble(await event_list(pool, uuid.UUID(echoed))) == "said once"
+
+
+async def test_bad_input_is_refused_before_anything_is_queued_or_reserved(
+    pool: asyncpg.Pool, api: httpx.AsyncClient
+) -> None:
+    unknown = await api.post("/api/jobs", json={"job": "nope", "input": {}})
+    assert unknown.status_code == 422
+    assert unknown.headers["content-type"] == "application/problem+json"
+    assert [e["field"] for e in unknown.json()["errors"]] == ["job"]
+    wrong = await api.post(
+        "/api/jobs",
+        json={"job": "pipeline", "input": {"topic": 7, "max_tokens": "many"}, "priority": 99},
+        headers={"Idempotency-Key": "bad-input-1"},
+    )
+    assert wrong.status_code == 422
+    errors = {e["field"]: e for e in wrong.json()["errors"]}
+    assert set(errors) == {"input.topic", "input.max_tokens", "priority"}
+    assert errors["input.topic"]["type"] == "string_type"
+    missing = await api.post("/api/jobs", json={"job": "count_words", "input": {}})
+    assert [e["field"] for e in missing.json()["errors"]] == ["input.text"]
+    for table in ("jobs", "tenant_jobs", "job_events"):
+        assert await pool.fetchval(f"SELECT count(*) FROM {table}") == 0, table
+    assert await tenant_money(pool) == (Decimal(0), Decimal(0))
+
+
+async def test_a_worker_without_a_job_leaves_it_queued_for_one_that_has_it(
+    pool: asyncpg.Pool, ai_settings: Settings, api: httpx.AsyncClient
+) -> None:
+    mine = await submit(api, "echo", {"text": "for a newer worker"})
+    built_in = (
+        await api.post(
+            "/api/jobs", json={"prompt": "hi", "provider": "simulated", "simulate": {"tokens": 2}}
+        )
+    ).json()["id"]
+    async with running_worker(ai_settings, pool=pool) as old:  # no app: the built-in job only
+        assert old.job_names == ["llm"]
+        await wait_for_status(pool, uuid.UUID(built_in), "succeeded")
+        old.wake()
+        await wait_for_status(pool, uuid.UUID(built_in), "succeeded")  # a second round ran
+        assert (await job_row(pool, uuid.UUID(mine)))["status"] == "queued"
+        await eventually(lambda: _async(old.results), lambda r: r == {"succeeded": 1}, what="1")
+    async with running_worker(ai_settings, pool=pool, app=app) as new:
+        assert "echo" in new.job_names
+        job = await wait_for_status(pool, uuid.UUID(mine), "succeeded")
+    assert job["result"]["text"] == "for a newer worker"
+
+
+async def test_a_cancel_cancels_the_handler_and_closes_its_request(
+    pool: asyncpg.Pool, ai_settings: Settings, api: httpx.AsyncClient, fake: FakeOpenAI
+) -> None:
+    fake.push(Reply(kind="hang", after_tokens=2))
+    job_id = await submit(api, "held", {"prompt": "wait for it"})
+    seen = probe(job_id)
+    async with running_worker(ai_settings, pool=pool, app=app):
+        await signalled(seen.started.wait(), what="the handler started")
+        await fake.wait_until(lambda s: s.in_flight == 1)
+        response = await api.post(f"/api/jobs/{job_id}/cancel")
+        assert response.status_code in (200, 202), response.text
+        asked = time.monotonic()
+        await signalled(seen.cancelled.wait(), what="the handler is cancelled", timeout_s=1.0)
+        assert time.monotonic() - asked < 1.0
+        await fake.wait_until(lambda s: s.in_flight == 0)
+        job = await wait_for_status(pool, uuid.UUID(job_id), "cancelled")
+    assert fake.stats().records[0].outcome != "running"
+    assert job["result"] is None
+
+
+async def test_a_zombie_attempt_can_neither_emit_nor_write_progress_nor_complete(
+    pool: asyncpg.Pool, ai_settings: Settings, api: httpx.AsyncClient
+) -> None:
+    from tests.integration.test_worker_fencing import LEASE_S, expire_and_reap
+
+    clock = manual_clock()
+    settings = ai_settings.replace(lease_s=LEASE_S)
+    job_id = await submit(api, "held", {"provider": "gate"})
+    seen = probe(job_id)
+    async with running_worker(
+        settings.replace(worker_id="zombie", worker_concurrency=1), pool=pool, clock=clock, app=app
+    ) as zombie:
+        await signalled(seen.started.wait(), what="the first attempt holds")
+        await expire_and_reap(pool, clock)
+        first_end = max(e.seq for e in await event_list(pool, uuid.UUID(job_id)))
+        # The second attempt takes the job and holds it too.
+        PROBE_FIRST = seen
+        from tests.support import user_jobs
+
+        user_jobs.PROBES[job_id] = second = type(seen)()
+        async with running_worker(
+            settings.replace(worker_id="current"), pool=pool, clock=clock, app=app
+        ):
+            await signalled(second.started.wait(), what="the second attempt holds")
+            # The zombie wakes: its progress is refused, and it stops without a word written.
+            PROBE_FIRST.gate.set()
+            await eventually(
+                lambda: _async(zombie.results), lambda r: r == {"fenced": 1}, what="fenced"
+            )
+            assert PROBE_FIRST.refused == ["progress"]
+            second.gate.set()
+            job = await wait_for_status(pool, uuid.UUID(job_id), "succeeded")
+    log = await event_list(pool, uuid.UUID(job_id))
+    assert max(e.seq for e in log if e.attempt == 1) <= first_end
+    assert job["result"]["text"] == reassemble(log) == "attempt 2 began. late textfinished."
+    first, second_row = await attempt_rows(pool, uuid.UUID(job_id))
+    assert (first["outcome"], second_row["outcome"]) == ("lost", "succeeded")
+
+
+async def _async(value: Any) -> Any:
+    return value
+
+
+@pytest.mark.parametrize(
+    ("kind", "failures", "status", "attempts", "error_class"),
+    [
+        ("transient", 1, "succeeded", 2, None),
+        ("error", 99, "dead", 3, "KeyError"),
+        ("permanent", 99, "failed", 1, "permanent"),
+        ("bad_output", 99, "failed", 1, "invalid_output"),
+    ],
+)
+async def test_each_kind_of_failure_follows_its_rule(
+    pool: asyncpg.Pool,
+    ai_settings: Settings,
+    api: httpx.AsyncClient,
+    kind: str,
+    failures: int,
+    status: str,
+    attempts: int,
+    error_class: str | None,
+) -> None:
+    job_id = await submit(api, "fail", {"kind": kind, "failures": failures})
+    async with running_worker(ai_settings, pool=pool, app=app):
+        row = await wait_for_status(pool, uuid.UUID(job_id), status)
+    assert row["attempts"] == attempts
+    job = (await api.get(f"/api/jobs/{job_id}")).json()
+    rows = await pool.fetch(
+        "SELECT error_class, error_trace FROM job_attempts WHERE job_id = $1 ORDER BY attempt",
+        uuid.UUID(job_id),
+    )
+    if error_class is None:
+        assert job["result"]["output"] == {"words": 2, "first": "attempt"}
+        assert job["result"]["text"] == "attempt 2 "
+        return
+    assert job["error"]["class"] == error_class
+    # The traceback of a bug in the job's code is kept for operators, never shown to clients.
+    traces = [r["error_trace"] for r in rows]
+    if kind == "error":
+        assert all("KeyError" in t and "user_jobs.py" in t for t in traces)
+        assert "Traceback" not in (await api.get(f"/api/jobs/{job_id}")).text
+    else:
+        assert traces == [None] * attempts
+
+
+async def test_a_call_that_could_pass_max_cost_is_refused_before_it_is_sent(
+    pool: asyncpg.Pool, ai_settings: Settings, api: httpx.AsyncClient, fake: FakeOpenAI
+) -> None:
+    job_id = await submit(api, "budgeted", {"calls": 3})
+    async with running_worker(ai_settings, pool=pool, app=app):
+        row = await wait_for_status(pool, uuid.UUID(job_id), "failed")
+    assert row["error"]["class"] == "budget"
+    assert fake.stats().requests == 1  # the second call was never sent
+    (attempt,) = await attempt_rows(pool, uuid.UUID(job_id))
+    assert attempt["cost_usd"] == billed_usd(fake.stats().records)
+    assert await tenant_money(pool) == (Decimal(0), Decimal(0))  # failed: nothing charged

@@ -1,0 +1,86 @@
+"""A job's code run as an attempt's body: the built-in `llm` job, or an `@app.job` handler.
+
+The attempt runner (worker/attempt.py) runs the body in its pump task and records how it ended;
+the body writes only through the attempt's `Context` (HandlerContext), whose every write goes
+through the runner's fenced token log and event appends. Once the attempt has ended (fenced,
+cancelled, timed out), the context refuses every call, which is how a handler running on in a
+thread learns it is over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from pydantic import ValidationError
+
+from jobstream.app import JobDefinition
+from jobstream.claims import Claimed
+from jobstream.context import Context, SyncContext
+from jobstream.errors import InvalidOutput, PermanentError
+from worker.job_writes import JobWrites
+from worker.llm_calls import LLMCalls
+
+# A progress message longer than this is cut: it is a status line, not a log.
+PROGRESS_MESSAGE_MAX_CHARS = 1000
+
+
+class HandlerContext(Context):
+    def __init__(self, held: Claimed, llm: LLMCalls, writes: JobWrites) -> None:
+        self.job_id = held.job_id
+        self.tenant_id = held.tenant_id
+        self.attempt = held.attempt
+        self.llm = llm
+        self.cancelled = asyncio.Event()
+        self._writes = writes
+
+    @property
+    def produced_text(self) -> bool:
+        """The handler wrote text (by emit or a model call)."""
+        return self._writes.produced_text
+
+    async def emit(self, text: str) -> None:
+        if not isinstance(text, str):
+            raise TypeError(f"ctx.emit takes a str, not {type(text).__name__}")
+        self._writes.check_open()
+        if text:
+            self._writes.produce(text.replace("\x00", "\ufffd") if "\x00" in text else text)
+
+    async def progress(self, fraction: float, message: str | None = None) -> None:
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise TypeError("ctx.progress: fraction must be a number from 0 to 1")
+        if math.isnan(fraction) or not 0 <= fraction <= 1:
+            raise ValueError(f"ctx.progress: fraction must be from 0 to 1, not {fraction}")
+        if message is not None and not isinstance(message, str):
+            raise TypeError("ctx.progress: message must be a str or None")
+        self._writes.check_open()
+        if message is not None:
+            message = message[:PROGRESS_MESSAGE_MAX_CHARS].replace("\x00", "\ufffd")
+        await self._writes.progress({"fraction": float(fraction), "message": message})
+
+
+async def run_definition(job: JobDefinition, held: Claimed, ctx: HandlerContext) -> object:
+    """Run `job`'s handler on the attempt's input; its validated output (None without an
+    output model)."""
+    try:
+        value = job.parse_input(held.spec.input)
+    except ValidationError as exc:
+        # Validated at create: only a change of the model since then gets here, and no retry
+        # of this code would fit it.
+        raise PermanentError(f"the job's input no longer fits its model: {exc}") from exc
+    if job.is_async:
+        result = await job.handler(value, ctx)
+    else:
+        loop = asyncio.get_running_loop()
+        result = await asyncio.to_thread(job.handler, value, SyncContext(ctx, loop))
+    if job.output is None:
+        # The result is the text. A handler that wrote none and returned a string has that
+        # string as its text (`return "done"`); after text was emitted, its `return` of the
+        # same text (`return await ctx.llm.stream(...)`) adds nothing.
+        if isinstance(result, str) and result and not ctx.produced_text:
+            await ctx.emit(result)
+        return None
+    try:
+        return job.checked_output(result)
+    except ValidationError as exc:
+        raise InvalidOutput(f"the job's result does not fit its output model: {exc}") from exc

@@ -1,0 +1,85 @@
+"""What an attempt's provider calls used and cost: the sum its outcome records.
+
+An attempt makes one call (the built-in job) or many (a job's `ctx.llm` calls, in turn or at
+once). A finished call counts what its provider reported, or our estimate when it reported
+nothing; a call still open when the attempt ends counts what it reported so far, a known zero
+when it was refused before any output, or our estimate of what it produced (DESIGN.md §4.7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from jobstream.usage import Usage
+from worker.providers.base import Provider, ProviderRequest
+
+_ZERO = Usage(cost_usd=Decimal(0), cost_known=True)
+
+
+@dataclass(eq=False)
+class Call:
+    """One provider call of the attempt."""
+
+    provider: Provider
+    request: ProviderRequest
+    deltas: int = 0  # text deltas received: our count of its output tokens
+    usage: Usage | None = None  # the provider's own, once it sent it
+
+    def estimate(self) -> Usage:
+        return Usage(
+            output_tokens=self.deltas,
+            cost_usd=self.provider.estimate_cost(self.request, self.deltas),
+            cost_known=False,
+        )
+
+
+@dataclass
+class Spend:
+    finished: list[Usage] = field(default_factory=list)
+    open: list[Call] = field(default_factory=list)
+
+    def begin(self, provider: Provider, request: ProviderRequest) -> Call:
+        call = Call(provider, request)
+        self.open.append(call)
+        return call
+
+    def end(self, call: Call) -> None:
+        """The call's stream ended whole."""
+        self.open.remove(call)
+        self.finished.append(call.usage or call.estimate())
+
+    @property
+    def request_sent(self) -> bool:
+        """A call is open whose request went out: the provider may be working on it."""
+        return any(call.request.send_mark.sent for call in self.open)
+
+    @property
+    def output_deltas(self) -> int:
+        """Deltas of the calls still open."""
+        return sum(call.deltas for call in self.open)
+
+    def total(self, *, refused_call_billed_nothing: bool = False) -> Usage:
+        """The attempt's usage so far. With `refused_call_billed_nothing` (the attempt failed
+        with an error the provider answered before doing any work), an open call that produced
+        nothing counts as a known zero instead of an estimate."""
+        parts = list(self.finished)
+        for call in self.open:
+            if call.usage is not None:
+                parts.append(call.usage)
+            elif refused_call_billed_nothing and call.deltas == 0:
+                parts.append(_ZERO)
+            else:
+                parts.append(call.estimate())
+        if len(parts) == 1:
+            return parts[0]
+        return Usage(
+            input_tokens=sum(p.input_tokens for p in parts),
+            output_tokens=sum(p.output_tokens for p in parts),
+            cost_usd=sum((p.cost_usd for p in parts), Decimal(0)),
+            cost_known=all(p.cost_known for p in parts),
+        )
+
+    @property
+    def cost_usd(self) -> Decimal:
+        return self.total().cost_usd
