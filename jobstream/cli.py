@@ -1,5 +1,8 @@
 """`jobstream`: submit (one or a batch), follow, read, list, cancel and retry jobs.
 
+`jobstream submit PROMPT` makes the built-in job; `jobstream submit --job NAME --input JSON` (or
+`--input @file.json`) one of the jobs an app registered.
+
 Exit codes: 0 the job succeeded (or the request was done); 1 the job ended without success
 (failed, dead, cancelled); 2 the request was refused (unknown job, invalid input); 3 the server
 could not be reached; 130 interrupted (a follow says how to resume). Built on jobstream.client.
@@ -12,12 +15,15 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 import orjson
 
 from jobstream.client import DEFAULT_URL, AsyncClient, Refused, Reset, Result, Text, Unreachable
+from jobstream.client import Progress as JobProgress
 from jobstream.ctrl_c import Interrupted, Progress, on_ctrl_c
+from jobstream.progress_bar import ProgressDisplay
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 BATCH_SIZE = 1000  # the most POST /api/jobs/batch takes
@@ -42,7 +48,15 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
 
     submit = commands.add_parser("submit", parents=[common], help="create a job")
-    submit.add_argument("prompt")
+    what = submit.add_mutually_exclusive_group(required=True)
+    what.add_argument("prompt", nargs="?", help="the built-in job's prompt")
+    what.add_argument("--job", metavar="NAME", help="a job the app registered, by name")
+    submit.add_argument(
+        "--input",
+        type=_json_input,
+        metavar="JSON",
+        help="with --job: its input, a JSON object, or @FILE to read it from a file",
+    )
     submit.add_argument("--follow", "-f", action="store_true", help="stream its output")
     submit.add_argument("--provider")
     submit.add_argument("--model")
@@ -111,8 +125,24 @@ def _json_object(raw: str) -> dict[str, Any]:
     return value
 
 
+def _json_input(raw: str) -> dict[str, Any]:
+    if not raw.startswith("@"):
+        return _json_object(raw)
+    try:
+        text = Path(raw[1:]).read_bytes()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {raw[1:]}: {exc.strerror}") from None
+    try:
+        return _json_object(text.decode("utf-8", errors="replace"))
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{raw[1:]}: {exc}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    top = parser()
+    args = top.parse_args(argv)
+    if args.command == "submit" and args.input is not None and args.job is None:
+        top.error("argument --input: only with --job (a prompt is the built-in job's input)")
     progress = Progress()
     try:
         return asyncio.run(_run(args, progress))
@@ -138,6 +168,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _run(args: argparse.Namespace, progress: Progress) -> int:
     on_ctrl_c(progress)
     out = _Output(sys.stdout, sys.stderr, json_lines=args.json)
+    try:
+        return await _command(args, out, progress)
+    finally:
+        out.clear()  # whatever ends the command (a refusal, Ctrl-C) writes on a clean line
+
+
+async def _command(args: argparse.Namespace, out: _Output, progress: Progress) -> int:
     async with AsyncClient(args.url, api_key=args.api_key, on_retry=out.retrying) as client:
         if args.command == "submit":
             return await _submit(client, args, out, progress)
@@ -174,7 +211,12 @@ async def _submit(
     body: dict[str, Any] = {name: getattr(args, name) for name in fields}
     body = {name: value for name, value in body.items() if value is not None}
     body |= {name: getattr(args, name) for name in ("simulate", "metadata") if getattr(args, name)}
-    job = await client.submit(args.prompt, idempotency_key=args.idempotency_key, **body)
+    if args.job is not None:
+        job = await client.submit_job(
+            args.job, args.input or {}, idempotency_key=args.idempotency_key, **body
+        )
+    else:
+        job = await client.submit(args.prompt, idempotency_key=args.idempotency_key, **body)
     return await _started(client, job, args, out, progress)
 
 
@@ -281,7 +323,7 @@ async def _follow(
 
 class _Output:
     """Text as it streams, to a terminal or a pipe (flushed per chunk); the result alone with
-    --result-only; or JSON lines. Notes (resets, reconnects) go to stderr."""
+    --result-only; or JSON lines. Notes (resets, reconnects) and progress go to stderr."""
 
     def __init__(self, out: TextIO, err: TextIO, *, json_lines: bool) -> None:
         self._out = out
@@ -289,14 +331,20 @@ class _Output:
         self.json = json_lines
         self.result_only = False
         self._text = ""
+        self._mid_line = False  # what was written to `out` so far does not end with a newline
+        self._progress = ProgressDisplay(err, text_on_screen=out.isatty())
 
-    def item(self, item: Text | Reset) -> None:
+    def item(self, item: Text | Reset | JobProgress) -> None:
         live = not self.result_only
+        if isinstance(item, JobProgress):
+            self._progress.show(item.fraction, item.message, mid_line=self._mid_line)
+            return
         if isinstance(item, Reset):
+            self._progress.start_over()
             if self._text and live:
                 # What was written came from an attempt that failed (or a log since compacted):
                 # the text starts over.
-                self._out.write("\n")
+                self._write("\n")
                 why = (
                     "resynchronised from the snapshot"
                     if item.reason == "resync"
@@ -305,29 +353,51 @@ class _Output:
                 self._note(why)
             self._text = item.text
             if item.text and live:
-                self._out.write(item.text)
-                self._out.flush()
+                self._write(item.text)
             return
         self._text += item.text
         if live:
-            self._out.write(item.text)
-            self._out.flush()
+            self._write(item.text)
 
     def retrying(self, delay_s: float, reason: str) -> None:
         self._note(f"connection lost ({reason}); resuming in {delay_s:.1f} s")
 
     def finish(self, result: Result) -> None:
+        self._progress.clear()
+        output = _output_line(result)
         if self.result_only:
             # A script never mistakes a failed job's partial text for a result.
             if result.succeeded:
-                self._out.write(result.text if result.text.endswith("\n") else result.text + "\n")
+                text = result.text or output
+                self._write(text if text.endswith("\n") else text + "\n")
+        elif output:
+            self._write(("\n" if self._mid_line else "") + output)
         elif self._text and not self._text.endswith("\n"):
-            self._out.write("\n")
+            self._write("\n")
         self._out.flush()
 
+    def clear(self) -> None:
+        self._progress.clear()
+
+    def _write(self, text: str) -> None:
+        if not text:
+            return
+        self._progress.clear()
+        self._out.write(text)
+        self._out.flush()
+        self._mid_line = not text.endswith("\n")
+
     def _note(self, text: str) -> None:
+        self._progress.clear()
         self._err.write(f"[jobstream: {text}]\n")
         self._err.flush()
+
+
+def _output_line(result: Result) -> str:
+    """A job of your own may write no text: then what it made is its output, as a JSON line."""
+    if not result.succeeded or result.text or result.output is None:
+        return ""
+    return orjson.dumps(result.output).decode() + "\n"
 
 
 def _emit(value: Any) -> None:
@@ -354,6 +424,7 @@ def _print_job(job: dict[str, Any], *, json_lines: bool) -> None:
         return
     rows = [
         ("id", job["id"]),
+        *([("job", job["job"])] if job.get("job") else []),
         ("status", f"{job['status']} (attempt {job['attempts']} of {job['max_attempts']})"),
         ("events", str(job["last_seq"])),
     ]
@@ -364,7 +435,10 @@ def _print_job(job: dict[str, Any], *, json_lines: bool) -> None:
     rows += [(name, job[key]) for name, key in LINKS if job.get(key)]
     for name, value in rows:
         print(f"{name:<11}{value}")
-    text = (job.get("result") or {}).get("text", job["output"]["text"])
+    result = job.get("result") or {}
+    text = result.get("text", job["output"]["text"])
+    if not text and result.get("output") is not None:
+        text = orjson.dumps(result["output"]).decode()
     if text:
         print()
         print(text)

@@ -3,14 +3,15 @@
     from jobstream.client import Client
 
     with Client("http://127.0.0.1:8000") as client:
-        job = client.submit("Explain leases")
+        job = client.submit("Explain leases")  # or client.submit_job("answer", {"text": ...})
         for item in client.follow(job["id"]):
             print(item.text if isinstance(item, Text) else "", end="", flush=True)
 
 `AsyncClient` is the same with `await` and `async for`. `follow` resumes by itself after a lost
 connection or a server restart (from the last event it saw: nothing repeated, nothing lost) and
 yields `Text` (the next chunk), `Reset` (drop what you have, start again from its `text`: a new
-attempt began, or the log was compacted and the snapshot stands in for it) and, last, `Result`.
+attempt began, or the log was compacted and the snapshot stands in for it), `Progress` (what a
+job of your own reported of its progress) and, last, `Result`.
 """
 
 from __future__ import annotations
@@ -72,20 +73,32 @@ class Reset:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """A job of your own reported how far it has got: `fraction` from 0 to 1, and a note."""
+
+    fraction: float
+    message: str | None
+    attempt: int
+    seq: int
+
+
+@dataclass(frozen=True)
 class Result:
-    """The job ended: `status` is succeeded, failed, cancelled or dead."""
+    """The job ended: `status` is succeeded, failed, cancelled or dead. `output` is a named
+    job's validated output (any JSON value) when it succeeded, else None."""
 
     status: str
     text: str
     error: dict[str, Any] | None = None
     job: dict[str, Any] = field(default_factory=dict)
+    output: Any = None
 
     @property
     def succeeded(self) -> bool:
         return self.status == "succeeded"
 
 
-FollowItem = Text | Reset | Result
+FollowItem = Text | Reset | Progress | Result
 
 
 class AsyncClient:
@@ -123,6 +136,20 @@ class AsyncClient:
         # The key makes a repeated POST (the first answer lost on the way) return the same job.
         key = idempotency_key or str(uuid.uuid4())
         return await self._request("POST", "/api/jobs", json=body, headers={"Idempotency-Key": key})
+
+    async def submit_job(
+        self,
+        name: str,
+        input: dict[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        **envelope: Any,
+    ) -> dict[str, Any]:
+        """Create a job of the registered job `name` with its `input`; `envelope` is the rest of
+        POST /api/jobs's fields (priority, max_attempts, run_at, metadata...)."""
+        return await self.submit(
+            idempotency_key=idempotency_key, **{"job": name, "input": input} | envelope
+        )
 
     async def batch(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Create up to 1,000 jobs in one request: one answer per job, in order (its create
@@ -180,6 +207,13 @@ class AsyncClient:
             elif kind == "reset":
                 text, attempt = "", event.get("attempt", attempt + 1)
                 yield Reset(attempt, event.get("reason"), event["seq"])
+            elif kind == "progress":
+                yield Progress(
+                    event["fraction"],
+                    event.get("message"),
+                    event.get("attempt", attempt),
+                    event["seq"],
+                )
             elif kind == "resync":
                 snapshot = event["snapshot"]
                 text = snapshot["output"]["text"]
@@ -191,8 +225,13 @@ class AsyncClient:
         status = done["status"] if done else job["status"]
         result = (done or job).get("result") or {}
         error = (done or job).get("error")
+        succeeded = status == "succeeded"
         yield Result(
-            status, result.get("text", text) if status == "succeeded" else text, error, job
+            status,
+            result.get("text", text) if succeeded else text,
+            error,
+            job,
+            result.get("output") if succeeded else None,
         )
 
     async def _request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
@@ -252,6 +291,18 @@ class Client:
     ) -> dict[str, Any]:
         return self._runner.run(
             self._async.submit(prompt, idempotency_key=idempotency_key, **fields)
+        )
+
+    def submit_job(
+        self,
+        name: str,
+        input: dict[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        **envelope: Any,
+    ) -> dict[str, Any]:
+        return self._runner.run(
+            self._async.submit_job(name, input, idempotency_key=idempotency_key, **envelope)
         )
 
     def batch(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
