@@ -25,6 +25,7 @@ from server import (
     batch_api,
     events_api,
     health,
+    job_types,
     jobs_api,
     metrics,
     openapi,
@@ -127,6 +128,7 @@ def create_app(
         Route("/openapi.json", openapi.document),
         _resource("/api/jobs", {"POST": jobs_api.create_job, "GET": jobs_api.list_jobs}),
         Route("/api/jobs/batch", batch_api.create_batch, methods=["POST"]),
+        Route("/api/job-types", job_types.list_job_types, methods=["GET"]),
         Route("/api/jobs/{job_id}", jobs_api.get_job, methods=["GET"]),
         Route("/api/jobs/{job_id}/cancel", jobs_api.cancel_job, methods=["POST"]),
         Route("/api/jobs/{job_id}/events", events_api.follow_events_app, methods=["GET"]),
@@ -157,6 +159,7 @@ def create_app(
         ),
     )
     app.state.shutdown = shutdown  # found by server.shutdown.DrainingServer
+    app.state.openapi = openapi.build(definitions)
     return app
 
 

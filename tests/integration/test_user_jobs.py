@@ -294,3 +294,22 @@ async def test_a_call_that_could_pass_max_cost_is_refused_before_it_is_sent(
     (attempt,) = await attempt_rows(pool, uuid.UUID(job_id))
     assert attempt["cost_usd"] == billed_usd(fake.stats().records)
     assert await tenant_money(pool) == (Decimal(0), Decimal(0))  # failed: nothing charged
+
+
+async def test_the_api_describes_each_job_with_its_models_schemas(api: httpx.AsyncClient) -> None:
+    types = {t["name"]: t for t in (await api.get("/api/job-types")).json()["jobs"]}
+    assert {"llm", "pipeline", "count_words", "echo"} <= set(types)
+    assert types["count_words"]["input_schema"]["required"] == ["text"]
+    assert types["count_words"]["output_schema"]["properties"]["words"] == {
+        "title": "Words",
+        "type": "integer",
+    }
+    assert types["pipeline"]["description"].startswith("Three model calls")
+    document = (await api.get("/openapi.json")).json()
+    schemas = document["components"]["schemas"]
+    assert schemas["CountWordsInput"]["properties"]["text"]["minLength"] == 1
+    assert schemas["CountWordsOutput"]["required"] == ["words", "first"]
+    create = document["paths"]["/api/jobs"]["post"]["requestBody"]["content"]["application/json"]
+    refs = [variant["$ref"].rsplit("/", 1)[1] for variant in create["schema"]["oneOf"]]
+    assert refs[0] == "JobCreate" and "PipelineJobCreate" in refs
+    assert schemas["PipelineJobCreate"]["properties"]["input"]["$ref"].endswith("/PipelineInput")
