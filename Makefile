@@ -40,7 +40,7 @@ browser:
 ## - The type check runs beside the suite: the suite waits on processes and keeps about one of
 ##   two cores busy, and mypy's 30 s fit in the other.
 test: $(STAMP) browser lint
-	$(BIN)/python -m compileall -q -j 0 jobstream server worker bench tests/support
+	$(BIN)/python -m compileall -q -j 0 jobstream bench tests/support
 	@$(BIN)/mypy > .mypy.out 2>&1 & types=$$!; \
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder; suite=$$?; \
 	wait $$types; typed=$$?; cat .mypy.out; rm -f .mypy.out; \

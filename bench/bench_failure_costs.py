@@ -23,6 +23,7 @@ import asyncpg
 
 from jobstream import db, logs
 from jobstream.settings import Settings
+from jobstream.worker.worker import Worker
 from tests.support import database
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.openai_jobs import (
@@ -31,7 +32,6 @@ from tests.support.openai_jobs import (
     openai_settings,
 )
 from tests.support.polling import eventually
-from worker.worker import Worker
 
 PROMPT = "Summarise the quarterly report in three short bullet points"
 

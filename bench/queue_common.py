@@ -36,6 +36,7 @@ async def spawn(
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("JOBSTREAM_")}
     child_env |= env
     pipe = asyncio.subprocess.PIPE if pipes else None
+    module = {"server": "jobstream.server", "worker": "jobstream.worker"}.get(module, module)
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", module, *args, cwd=ROOT, env=child_env, stdin=pipe, stdout=pipe
     )

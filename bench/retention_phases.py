@@ -21,7 +21,7 @@ from jobstream import attempts, claims, retention, token_appends
 from jobstream.attempts import Success
 from jobstream.settings import Settings
 from jobstream.usage import Usage
-from worker import janitor as janitors
+from jobstream.worker import janitor as janitors
 
 SCRAPES = 300
 

@@ -26,12 +26,12 @@ from starlette.types import Message
 
 from jobstream import heap
 from jobstream.events import Event
+from jobstream.server.event_stream import EventStream
+from jobstream.server.events_api import _Stream
+from jobstream.server.flag import Stop
+from jobstream.server.state import AppState
+from jobstream.server.subscription import Subscription
 from jobstream.settings import Settings
-from server.event_stream import EventStream
-from server.events_api import _Stream
-from server.flag import Stop
-from server.state import AppState
-from server.subscription import Subscription
 
 STREAMS = 1000
 ROUNDS = 400

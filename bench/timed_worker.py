@@ -17,9 +17,9 @@ import uvloop
 
 from jobstream import heap, logs
 from jobstream.settings import Settings
-from worker.providers.base import Provider, ProviderRequest, TextDelta
-from worker.providers.simulated import Pattern, SimulatedProvider
-from worker.worker import Worker
+from jobstream.worker.providers.base import Provider, ProviderRequest, TextDelta
+from jobstream.worker.providers.simulated import Pattern, SimulatedProvider
+from jobstream.worker.worker import Worker
 
 
 class TimedProvider(SimulatedProvider):

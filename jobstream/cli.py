@@ -47,6 +47,11 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="jobstream", description=__doc__.split("\n")[0])
     commands = top.add_subparsers(dest="command", required=True)
 
+    # The processes, from an installed jobstream: configured by the environment (DATABASE_URL,
+    # JOBSTREAM_APP, JOBSTREAM_*), as `python -m jobstream.server` and the like.
+    for name, says in _PROCESSES.items():
+        commands.add_parser(name, help=says)
+
     submit = commands.add_parser("submit", parents=[common], help="create a job")
     what = submit.add_mutually_exclusive_group(required=True)
     what.add_argument("prompt", nargs="?", help="the built-in job's prompt")
@@ -138,9 +143,29 @@ def _json_input(raw: str) -> dict[str, Any]:
         raise argparse.ArgumentTypeError(f"{raw[1:]}: {exc}") from None
 
 
+_PROCESSES = {
+    "server": "run the HTTP API (JOBSTREAM_HOST, JOBSTREAM_PORT) until SIGTERM",
+    "worker": "run a worker until SIGTERM",
+    "migrate": "bring DATABASE_URL's database to this version's schema",
+}
+
+
+def _process(name: str) -> int:
+    # Imported here: the client's commands start without loading the server or the worker.
+    if name == "server":
+        from jobstream.server.__main__ import main as run
+    elif name == "worker":
+        from jobstream.worker.__main__ import main as run
+    else:
+        from jobstream.migrate import main as run
+    return run()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     top = parser()
     args = top.parse_args(argv)
+    if args.command in _PROCESSES:
+        return _process(args.command)
     if args.command == "submit" and args.input is not None and args.job is None:
         top.error("argument --input: only with --job (a prompt is the built-in job's input)")
     progress = Progress()

@@ -148,7 +148,7 @@ def _die_with_parent() -> None:
 def _spawn(module: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     # A session of its own: a Ctrl-C reaches only us, and we stop the children in order.
     return subprocess.Popen(
-        [sys.executable, "-m", module],
+        [sys.executable, "-m", f"jobstream.{module}"],
         env=env,
         start_new_session=True,
         preexec_fn=_die_with_parent,  # before any thread of ours runs

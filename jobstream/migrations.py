@@ -28,9 +28,10 @@ from jobstream.sql import queries
 
 log = structlog.get_logger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_PATH = ROOT / "schema.sql"
-MIGRATIONS_DIR = ROOT / "migrations"
+# The repository's schema.sql and migrations/, shipped in the package (links in a checkout).
+RESOURCES = Path(__file__).resolve().parent / "resources"
+SCHEMA_PATH = RESOURCES / "schema.sql"
+MIGRATIONS_DIR = RESOURCES / "migrations"
 # Serialises schema changes when several processes start at once.
 SCHEMA_LOCK_ID = 0x6A6F6273  # "jobs"
 # How long a change may wait for a table lock before it rolls back and tries again: running

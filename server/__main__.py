@@ -9,10 +9,10 @@ import uvicorn
 
 from jobstream import heap, logs
 from jobstream.loading import AppNotFound, load_app
+from jobstream.server import connections
+from jobstream.server.app import create_app
+from jobstream.server.shutdown import DrainingServer
 from jobstream.settings import Settings
-from server import connections
-from server.app import create_app
-from server.shutdown import DrainingServer
 
 
 def main() -> int:

@@ -19,8 +19,7 @@ from jobstream import db, migrations
 from jobstream.app import App
 from jobstream.clock import Clock, DatabaseClock
 from jobstream.loading import load_app
-from jobstream.settings import Settings
-from server import (
+from jobstream.server import (
     access_log,
     batch_api,
     events_api,
@@ -32,15 +31,16 @@ from server import (
     pages,
     problems,
 )
-from server.create_writer import CreateWriter
-from server.hub import Hub
-from server.runnable_notices import RunnableNotices
-from server.shutdown import Shutdown
-from server.state import AppState
-from server.stream_tokens import StreamTokens
-from server.v1 import api as v1_api
-from server.v1 import errors as v1_errors
-from worker.providers.registry import build_providers, close_providers
+from jobstream.server.create_writer import CreateWriter
+from jobstream.server.hub import Hub
+from jobstream.server.runnable_notices import RunnableNotices
+from jobstream.server.shutdown import Shutdown
+from jobstream.server.state import AppState
+from jobstream.server.stream_tokens import StreamTokens
+from jobstream.server.v1 import api as v1_api
+from jobstream.server.v1 import errors as v1_errors
+from jobstream.settings import Settings
+from jobstream.worker.providers.registry import build_providers, close_providers
 
 log = structlog.get_logger(__name__)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from jobstream import tenants
-from server.problems import Problem
-from server.state import state
+from jobstream.server.problems import Problem
+from jobstream.server.state import state
 
 DEFAULT_TENANT = "default"
 

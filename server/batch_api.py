@@ -18,13 +18,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from jobstream import creates, new_jobs
-from server import job_input, representation, validation
-from server.auth import tenant_id
-from server.jobs_api import read_body, refusal_problem, require_json, reservation
-from server.problems import Problem
-from server.responses import json_response
-from server.simulated_rules import SimulatedRules
-from server.state import AppState, state
+from jobstream.server import job_input, representation, validation
+from jobstream.server.auth import tenant_id
+from jobstream.server.jobs_api import read_body, refusal_problem, require_json, reservation
+from jobstream.server.problems import Problem
+from jobstream.server.responses import json_response
+from jobstream.server.simulated_rules import SimulatedRules
+from jobstream.server.state import AppState, state
 
 log = structlog.get_logger(__name__)
 

@@ -21,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from jobstream import db, sse
 from jobstream.event_loop import running_loop
-from server.flag import Flag, Stop
+from jobstream.server.flag import Flag, Stop
 
 log = structlog.get_logger(__name__)
 

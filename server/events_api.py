@@ -15,15 +15,15 @@ from jobstream import job_reads, sse
 from jobstream.errors import JobNotFound
 from jobstream.events import Event
 from jobstream.job_reads import Progress
-from server import gone, validation
-from server.auth import tenant_id
-from server.jobs_api import job_id_param
-from server.problems import Problem, not_found
-from server.responses import json_response
-from server.state import AppState, state
-from server.subscription import SubscriptionClosed
-from server.tail import Tail
-from server.tail_stream import TailStream
+from jobstream.server import gone, validation
+from jobstream.server.auth import tenant_id
+from jobstream.server.jobs_api import job_id_param
+from jobstream.server.problems import Problem, not_found
+from jobstream.server.responses import json_response
+from jobstream.server.state import AppState, state
+from jobstream.server.subscription import SubscriptionClosed
+from jobstream.server.tail import Tail
+from jobstream.server.tail_stream import TailStream
 
 MAX_WAIT_S = 30.0
 MAX_SEQ = 2**63 - 1  # bigint

@@ -11,8 +11,8 @@ from __future__ import annotations
 import uuid
 
 from jobstream import retention
-from server.problems import Problem, not_found
-from server.state import AppState
+from jobstream.server.problems import Problem, not_found
+from jobstream.server.state import AppState
 
 
 async def missing(app: AppState, job_id: uuid.UUID, tenant_id: str | None) -> Problem:

@@ -7,10 +7,10 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import Response
 
+from jobstream.server.problems import Problem
+from jobstream.server.responses import json_response
+from jobstream.server.state import state
 from jobstream.sql import queries
-from server.problems import Problem
-from server.responses import json_response
-from server.state import state
 
 
 async def healthz(request: Request) -> Response:

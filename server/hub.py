@@ -23,10 +23,10 @@ import structlog
 
 from jobstream import channels, db, events
 from jobstream.listener import Listener
+from jobstream.server.flag import Stop
+from jobstream.server.lag import LagHistogram
+from jobstream.server.subscription import CloseReason, Subscription
 from jobstream.sql import queries
-from server.flag import Stop
-from server.lag import LagHistogram
-from server.subscription import CloseReason, Subscription
 
 log = structlog.get_logger(__name__)
 

@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 
 from jobstream.jobspec import DEFAULT_TIMEOUT_S, JobSpec, Message, prompt_of
-from server.problems import Problem
-from server.simulated_rules import SimulatedRules
-from server.validation import (
+from jobstream.server.problems import Problem
+from jobstream.server.simulated_rules import SimulatedRules
+from jobstream.server.validation import (
     FAULT_KINDS,
     INPUT_MAX_CHARS,
     MAX_DELAY_S,
@@ -31,7 +31,7 @@ from server.validation import (
     Fields,
     storable,
 )
-from worker import webhook_targets
+from jobstream.worker import webhook_targets
 
 
 def job_spec(

@@ -16,11 +16,11 @@ from pydantic import ValidationError
 
 from jobstream.app import JobDefinition
 from jobstream.jobspec import BUILT_IN_JOB, JobSpec
-from server import job_body
-from server.job_body import checked_envelope, raise_if_invalid
-from server.problems import Problem
-from server.simulated_rules import SimulatedRules
-from server.validation import MAX_DEPTH, Fields, storable
+from jobstream.server import job_body
+from jobstream.server.job_body import checked_envelope, raise_if_invalid
+from jobstream.server.problems import Problem
+from jobstream.server.simulated_rules import SimulatedRules
+from jobstream.server.validation import MAX_DEPTH, Fields, storable
 
 # The envelope's fields, and the job's own: anything else in the body is refused.
 _KNOWN = frozenset(

@@ -12,9 +12,9 @@ from starlette.responses import Response
 
 from jobstream.app import JobDefinition
 from jobstream.jobspec import BUILT_IN_JOB, DEFAULT_TIMEOUT_S
-from server.auth import tenant_id
-from server.responses import json_response
-from server.state import state
+from jobstream.server.auth import tenant_id
+from jobstream.server.responses import json_response
+from jobstream.server.state import state
 
 # The built-in job's input in brief: its prompt. The whole create body is JobCreate in
 # /openapi.json.

@@ -18,14 +18,14 @@ from jobstream import job_reads, jobs, new_jobs
 from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound, RateLimited
 from jobstream.jobspec import JobSpec
 from jobstream.rows import JobRow
+from jobstream.server import gone, job_input, representation, validation
+from jobstream.server.auth import tenant_id
+from jobstream.server.problems import Problem, not_found
+from jobstream.server.responses import json_response
+from jobstream.server.simulated_rules import SimulatedRules
+from jobstream.server.state import AppState, state
 from jobstream.types import JOB_STATUSES
-from server import gone, job_input, representation, validation
-from server.auth import tenant_id
-from server.problems import Problem, not_found
-from server.responses import json_response
-from server.simulated_rules import SimulatedRules
-from server.state import AppState, state
-from worker.providers.base import Provider
+from jobstream.worker.providers.base import Provider
 
 log = structlog.get_logger(__name__)
 

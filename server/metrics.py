@@ -26,10 +26,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 
+from jobstream.server.hub import Hub
+from jobstream.server.state import state
 from jobstream.sql import queries
 from jobstream.types import ACTIVE_STATUSES, DURATION_BUCKETS
-from server.hub import Hub
-from server.state import state
 
 # Attempt outcomes as metric_totals counts them: every way an attempt ends.
 ENDED_OUTCOMES = ("succeeded", "failed", "unknown", "cancelled", "lost", "interrupted")

@@ -7,7 +7,8 @@ from pathlib import Path
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 
-STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+# The repository's static/, shipped in the jobstream package (a link in a checkout).
+STATIC_DIR = Path(__file__).absolute().parent.parent / "resources" / "static"
 
 
 async def index(request: Request) -> Response:

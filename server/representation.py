@@ -9,7 +9,7 @@ from typing import Any
 from jobstream.job_reads import Snapshot
 from jobstream.jobspec import BUILT_IN_JOB
 from jobstream.rows import AttemptRow, JobRow
-from server.stream_tokens import StreamTokens
+from jobstream.server.stream_tokens import StreamTokens
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from jobstream.jobspec import DEFAULT_TIMEOUT_S
 from jobstream.settings import Settings
-from worker.providers.simulated import (
+from jobstream.worker.providers.simulated import (
     DEFAULT_FIRST_TOKEN_DELAY_S,
     DEFAULT_TOKENS_PER_SECOND,
     InvalidSimulation,

@@ -10,13 +10,13 @@ from starlette.types import Receive, Scope, Send
 
 from jobstream.app import JobDefinition
 from jobstream.clock import Clock
+from jobstream.server.create_writer import CreateWriter
+from jobstream.server.event_stream import EventStream
+from jobstream.server.hub import Hub
+from jobstream.server.runnable_notices import RunnableNotices
+from jobstream.server.stream_tokens import StreamTokens
 from jobstream.settings import Settings
-from server.create_writer import CreateWriter
-from server.event_stream import EventStream
-from server.hub import Hub
-from server.runnable_notices import RunnableNotices
-from server.stream_tokens import StreamTokens
-from worker.providers.base import Provider
+from jobstream.worker.providers.base import Provider
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Literal
 
 from jobstream.event_loop import running_loop
 from jobstream.events import Event
-from server.flag import Flag, Stop
+from jobstream.server.flag import Flag, Stop
 
 # Why a subscription ended before its reader let go of it.
 CloseReason = Literal["overflow", "shutdown", "gone", "error", "released"]

@@ -22,9 +22,9 @@ import asyncpg
 
 from jobstream import events
 from jobstream.events import Event
-from server.flag import Stop
-from server.hub import Hub
-from server.subscription import Subscription
+from jobstream.server.flag import Stop
+from jobstream.server.hub import Hub
+from jobstream.server.subscription import Subscription
 
 
 class Tail:

@@ -15,11 +15,11 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from jobstream.events import Event
-from server.event_stream import EventStream
-from server.flag import Flag, Stop
-from server.state import AppState
-from server.subscription import SubscriptionClosed
-from server.tail import Tail
+from jobstream.server.event_stream import EventStream
+from jobstream.server.flag import Flag, Stop
+from jobstream.server.state import AppState
+from jobstream.server.subscription import SubscriptionClosed
+from jobstream.server.tail import Tail
 
 
 class TailStream(Response):

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from server.problems import Problem
+from jobstream.server.problems import Problem
 
 PROVIDERS = ("simulated", "openai")
 METADATA_MAX_BYTES = 4096

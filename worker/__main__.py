@@ -11,7 +11,7 @@ from jobstream import heap, logs
 from jobstream.errors import DatabaseUnavailable
 from jobstream.loading import AppNotFound, load_app
 from jobstream.settings import Settings
-from worker.app import serve
+from jobstream.worker.app import serve
 
 
 def main() -> int:

@@ -10,7 +10,7 @@ import structlog
 from jobstream import db, migrations
 from jobstream.app import App
 from jobstream.settings import Settings
-from worker.worker import Worker
+from jobstream.worker.worker import Worker
 
 log = structlog.get_logger(__name__)
 

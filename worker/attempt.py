@@ -29,10 +29,10 @@ from jobstream.claims import Claimed
 from jobstream.clock import Clock
 from jobstream.errors import Fenced, ProviderError
 from jobstream.settings import Settings
-from worker.coalescer import Coalescer
-from worker.failure import Failure
-from worker.handlers import HandlerContext, run_definition
-from worker.inbox import (
+from jobstream.worker.coalescer import Coalescer
+from jobstream.worker.failure import Failure
+from jobstream.worker.handlers import HandlerContext, run_definition
+from jobstream.worker.inbox import (
     CancelRequested,
     Ending,
     Inbox,
@@ -41,15 +41,15 @@ from worker.inbox import (
     StreamEnded,
     StreamFailed,
 )
-from worker.job_writes import JobWrites
-from worker.lease import Lease, Leases
-from worker.llm_calls import LLMCalls
-from worker.outcome import AttemptResult, LeaseExpired, OutcomeRecorder, SuccessWriter
-from worker.providers.base import Provider, ProviderRequest
-from worker.spend import Spend
-from worker.token_log import TokenLog
-from worker.token_pull import TokenPull
-from worker.token_writes import TokenWrites
+from jobstream.worker.job_writes import JobWrites
+from jobstream.worker.lease import Lease, Leases
+from jobstream.worker.llm_calls import LLMCalls
+from jobstream.worker.outcome import AttemptResult, LeaseExpired, OutcomeRecorder, SuccessWriter
+from jobstream.worker.providers.base import Provider, ProviderRequest
+from jobstream.worker.spend import Spend
+from jobstream.worker.token_log import TokenLog
+from jobstream.worker.token_pull import TokenPull
+from jobstream.worker.token_writes import TokenWrites
 
 log = structlog.get_logger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from worker.attempt import AttemptRunner
+from jobstream.worker.attempt import AttemptRunner
 
 # The worker's logger: the drain's lines belong with its `worker_stopping` and `worker_stopped`.
 log = structlog.get_logger("worker.worker")

@@ -18,8 +18,8 @@ from jobstream.app import JobDefinition
 from jobstream.claims import Claimed
 from jobstream.context import Context, SyncContext
 from jobstream.errors import InvalidOutput, PermanentError
-from worker.job_writes import JobWrites
-from worker.llm_calls import LLMCalls
+from jobstream.worker.job_writes import JobWrites
+from jobstream.worker.llm_calls import LLMCalls
 
 # A progress message longer than this is cut: it is a status line, not a log.
 PROGRESS_MESSAGE_MAX_CHARS = 1000

@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass
 
 from jobstream.event_loop import running_loop
-from worker.failure import Failure
+from jobstream.worker.failure import Failure
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from jobstream.claims import Claimed
 from jobstream.errors import Fenced
 from jobstream.events import NewEvent
 from jobstream.sql import queries
-from worker.coalescer import Coalescer
-from worker.inbox import Inbox, LeaseLost
-from worker.outcome import OutcomeRecorder
-from worker.token_log import TokenLog
-from worker.token_pull import TokenPull
+from jobstream.worker.coalescer import Coalescer
+from jobstream.worker.inbox import Inbox, LeaseLost
+from jobstream.worker.outcome import OutcomeRecorder
+from jobstream.worker.token_log import TokenLog
+from jobstream.worker.token_pull import TokenPull
 
 
 class JobWrites:

@@ -19,7 +19,7 @@ import structlog
 from jobstream import db, renewals
 from jobstream.claims import Claimed
 from jobstream.clock import Clock
-from worker.inbox import CancelRequested, Inbox, LeaseLost
+from jobstream.worker.inbox import CancelRequested, Inbox, LeaseLost
 
 log = structlog.get_logger(__name__)
 

@@ -18,9 +18,9 @@ from jobstream.context import LLM
 from jobstream.errors import BudgetRefused, ProviderError
 from jobstream.jobspec import Message, prompt_of
 from jobstream.usage import Usage
-from worker.job_writes import JobWrites
-from worker.providers.base import Provider, ProviderRequest
-from worker.spend import Spend
+from jobstream.worker.job_writes import JobWrites
+from jobstream.worker.providers.base import Provider, ProviderRequest
+from jobstream.worker.spend import Spend
 
 log = structlog.get_logger("worker.attempt")
 

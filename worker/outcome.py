@@ -20,12 +20,12 @@ from jobstream.claims import Claimed
 from jobstream.clock import Clock
 from jobstream.settings import Settings
 from jobstream.usage import Usage
-from worker import retry
-from worker.coalescer import Coalescer
-from worker.failure import Failure
-from worker.inbox import CancelRequested, Interrupted, StreamEnded, StreamFailed
-from worker.lease import Lease
-from worker.spend import Spend
+from jobstream.worker import retry
+from jobstream.worker.coalescer import Coalescer
+from jobstream.worker.failure import Failure
+from jobstream.worker.inbox import CancelRequested, Interrupted, StreamEnded, StreamFailed
+from jobstream.worker.lease import Lease
+from jobstream.worker.spend import Spend
 
 # The attempt's logger: its settling line is one of its two status lines (with
 # `attempt_started`), and log filters select an attempt's lines by this name.

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from jobstream.usage import Usage
-from worker.providers.base import Provider, ProviderRequest
+from jobstream.worker.providers.base import Provider, ProviderRequest
 
 _ZERO = Usage(cost_usd=Decimal(0), cost_known=True)
 

@@ -21,11 +21,11 @@ import structlog
 from jobstream import db
 from jobstream.event_loop import running_loop
 from jobstream.token_appends import Appended, TokenAppend
-from worker.coalescer import Coalescer
-from worker.failure import Failure
-from worker.inbox import Inbox, LeaseLost, StreamFailed
-from worker.token_log import TokenLog
-from worker.token_writes import TokenWrites
+from jobstream.worker.coalescer import Coalescer
+from jobstream.worker.failure import Failure
+from jobstream.worker.inbox import Inbox, LeaseLost, StreamFailed
+from jobstream.worker.token_log import TokenLog
+from jobstream.worker.token_writes import TokenWrites
 
 log = structlog.get_logger(__name__)
 

@@ -29,8 +29,8 @@ from jobstream import db
 from jobstream.clock import Clock
 from jobstream.settings import Settings
 from jobstream.sql import queries
-from worker import signatures, webhook_targets
-from worker.retry import Backoff
+from jobstream.worker import signatures, webhook_targets
+from jobstream.worker.retry import Backoff
 
 log = structlog.get_logger(__name__)
 

@@ -27,16 +27,16 @@ from jobstream.jobspec import BUILT_IN_JOB
 from jobstream.listener import Listener
 from jobstream.loading import load_app
 from jobstream.settings import Settings
-from worker import janitor as janitors
-from worker.attempt import AttemptRunner
-from worker.completions import Completions
-from worker.drain import Running, drain
-from worker.lease import Leases
-from worker.outcome import AttemptResult
-from worker.providers.base import Provider
-from worker.providers.registry import build_providers, close_providers
-from worker.token_writes import TokenWrites
-from worker.webhooks import WebhookSender
+from jobstream.worker import janitor as janitors
+from jobstream.worker.attempt import AttemptRunner
+from jobstream.worker.completions import Completions
+from jobstream.worker.drain import Running, drain
+from jobstream.worker.lease import Leases
+from jobstream.worker.outcome import AttemptResult
+from jobstream.worker.providers.base import Provider
+from jobstream.worker.providers.registry import build_providers, close_providers
+from jobstream.worker.token_writes import TokenWrites
+from jobstream.worker.webhooks import WebhookSender
 
 log = structlog.get_logger(__name__)
 

@@ -21,18 +21,18 @@ from jobstream import job_reads, jobs
 from jobstream.errors import JobNotFound
 from jobstream.job_reads import Snapshot
 from jobstream.jobspec import JobSpec
+from jobstream.server import validation
+from jobstream.server.auth import sdk_tenant_id
+from jobstream.server.jobs_api import create, create_request, job_spec, log_created
+from jobstream.server.problems import Problem, not_found
+from jobstream.server.responses import json_response
+from jobstream.server.state import AppState, state
+from jobstream.server.subscription import SubscriptionClosed
+from jobstream.server.tail import Tail
+from jobstream.server.v1 import ids, objects, params
+from jobstream.server.v1.objects import Head
+from jobstream.server.v1.stream import ResponseStream
 from jobstream.types import TERMINAL_STATUSES
-from server import validation
-from server.auth import sdk_tenant_id
-from server.jobs_api import create, create_request, job_spec, log_created
-from server.problems import Problem, not_found
-from server.responses import json_response
-from server.state import AppState, state
-from server.subscription import SubscriptionClosed
-from server.tail import Tail
-from server.v1 import ids, objects, params
-from server.v1.objects import Head
-from server.v1.stream import ResponseStream
 
 log = structlog.get_logger(__name__)
 

@@ -15,7 +15,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server import problems
+from jobstream.server import problems
 
 PREFIX = "/v1/"
 

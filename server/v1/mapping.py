@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 from jobstream.events import Event
-from server.v1 import ids, objects
-from server.v1.objects import Head, ItemStatus
+from jobstream.server.v1 import ids, objects
+from jobstream.server.v1.objects import Head, ItemStatus
 
 STRIDE = 10  # more than the most events one log event becomes (4: a done that closes an item)
 

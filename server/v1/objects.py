@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from jobstream.job_reads import Snapshot
 from jobstream.rows import JobRow
+from jobstream.server.v1 import ids
 from jobstream.settings import Settings
-from server.v1 import ids
 
 Status = Literal["queued", "in_progress", "completed", "failed", "cancelled"]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from server.problems import Problem
+from jobstream.server.problems import Problem
 
 # OpenAI's names for what jobstream names otherwise (`input` is a prompt or messages).
 OPENAI_NAMES = {"prompt": "input", "messages": "input", "max_tokens": "max_output_tokens"}

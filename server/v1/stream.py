@@ -13,10 +13,10 @@ import orjson
 
 from jobstream import sse
 from jobstream.events import Event
-from server.state import AppState
-from server.tail_stream import TailStream
-from server.v1.mapping import ResponseEvent, ResponseEvents
-from server.v1.objects import Head
+from jobstream.server.state import AppState
+from jobstream.server.tail_stream import TailStream
+from jobstream.server.v1.mapping import ResponseEvent, ResponseEvents
+from jobstream.server.v1.objects import Head
 
 
 class ResponseStream(TailStream):

@@ -11,7 +11,7 @@ from typing import Any
 import schemathesis
 from hypothesis import strategies as st
 
-from server.events_api import MAX_WAIT_S as LONGEST_WAIT_S
+from jobstream.server.events_api import MAX_WAIT_S as LONGEST_WAIT_S
 
 EVENTS = "GET /api/jobs/{job_id}/events"
 CREATE_RESPONSE = "POST /v1/responses"

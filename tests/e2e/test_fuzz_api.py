@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from server.openapi import DOCUMENT
+from jobstream.server.openapi import DOCUMENT
 from tests.support.fuzzing import run_schemathesis, target
 from tests.support.http_server import http_client
 from tests.support.processes import Processes

@@ -15,9 +15,9 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from jobstream import db, tenants
+from jobstream.server.app import create_app
+from jobstream.server.v1 import ids
 from jobstream.settings import Settings
-from server.app import create_app
-from server.v1 import ids
 from tests.e2e.conftest import OUTPUT_DIR, Stack
 from tests.support import database
 from tests.support.http_server import serve

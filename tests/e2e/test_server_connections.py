@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from jobstream.embedded_pg import free_port
-from server import connections
+from jobstream.server import connections
 from tests.support.http_server import http_client
 from tests.support.polling import eventually
 from tests.support.processes import ManagedProcess, Processes

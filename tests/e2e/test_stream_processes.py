@@ -18,8 +18,8 @@ import httpx
 
 from jobstream import events
 from jobstream.follower import Follower
+from jobstream.server.app import create_app
 from jobstream.settings import Settings
-from server.app import create_app
 from tests.e2e.conftest import Stack
 from tests.support import attempt_driver as drive
 from tests.support.http_server import http_client, serve

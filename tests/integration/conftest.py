@@ -11,14 +11,14 @@ import httpx
 import pytest
 
 from jobstream import db
+from jobstream.server.app import create_app
 from jobstream.settings import Settings
-from server.app import create_app
+from jobstream.worker.providers.openai import OpenAIProvider
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.http_server import http_client, serve
 from tests.support.openai_jobs import KEY
 from tests.support.provider_streams import FIRST_TOKEN_TIMEOUT_S, IDLE_TIMEOUT_S
 from tests.support.webhook_outbox import SECRET
-from worker.providers.openai import OpenAIProvider
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from jobstream import creates
-from server.batch_api import CHUNK, TAIL
+from jobstream.server.batch_api import CHUNK, TAIL
 
 PROBLEM_TYPES = {"budget": "/problems/budget-exhausted", "rate": "/problems/rate-limited"}
 

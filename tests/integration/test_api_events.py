@@ -13,10 +13,10 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from jobstream.server.app import create_app
+from jobstream.server.hub import Hub
+from jobstream.server.stream_tokens import StreamTokens
 from jobstream.settings import Settings
-from server.app import create_app
-from server.hub import Hub
-from server.stream_tokens import StreamTokens
 from tests.support import attempt_driver as drive
 from tests.support.api import PROBLEM, create, until_followers
 from tests.support.http_server import http_client, serve

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from jobstream import cli, tenants
+from jobstream.server.app import create_app
 from jobstream.settings import Settings
-from server.app import create_app
 from tests.support.api import PROBLEM, create
 from tests.support.http_server import http_client, serve
 from tests.support.sse_client import read_stream

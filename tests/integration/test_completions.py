@@ -18,8 +18,8 @@ from jobstream.clock import DatabaseClock
 from jobstream.errors import Fenced
 from jobstream.jobspec import JobSpec
 from jobstream.usage import Usage
+from jobstream.worker.completions import Completions
 from tests.support.polling import eventually
-from worker.completions import Completions
 
 CLOCK = DatabaseClock()
 USAGE = Usage(2, 3, Decimal("0.001"))

@@ -14,7 +14,7 @@ import pytest
 from jobstream import creates, job_reads, new_jobs
 from jobstream.errors import IdempotencyConflict
 from jobstream.jobspec import JobSpec
-from server.create_writer import CreateWriter
+from jobstream.server.create_writer import CreateWriter
 
 SPEC = JobSpec(prompt="hello", provider="simulated", max_tokens=4)
 OTHER_BODY = JobSpec(prompt="another prompt", provider="simulated", max_tokens=4)

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from server import connections
+from jobstream.server import connections
 from tests.support.http_server import serve
 
 DEADLINE_S = 0.3

@@ -14,10 +14,10 @@ import pytest
 
 from jobstream import events, token_appends
 from jobstream.claims import Claimed
+from jobstream.server.app import create_app
+from jobstream.server.hub import Hub
 from jobstream.settings import Settings
 from jobstream.sql import queries
-from server.app import create_app
-from server.hub import Hub
 from tests.support import attempt_driver as drive
 from tests.support.api import create, until_followers
 from tests.support.http_server import http_client, serve
@@ -204,7 +204,7 @@ async def test_a_start_up_that_fails_leaves_no_hub_task_running(
     def broken(_settings: Settings) -> Any:
         raise ValueError("bad provider configuration")
 
-    monkeypatch.setattr("server.app.build_providers", broken)
+    monkeypatch.setattr("jobstream.server.app.build_providers", broken)
     app = create_app(settings)
     with pytest.raises(ValueError, match="bad provider configuration"):
         async with app.router.lifespan_context(app):

@@ -12,12 +12,12 @@ import pytest
 import structlog
 
 from jobstream.settings import Settings
+from jobstream.worker.providers.base import ProviderRequest, TextDelta
+from jobstream.worker.providers.openai import OpenAIProvider, estimate_tokens
 from tests.support.fake_openai import FakeOpenAI, Reply, expected_text, fetch_stats, prompt_tokens
 from tests.support.http_server import http_client
 from tests.support.openai_jobs import KEY
 from tests.support.provider_streams import PROMPT, collect, describe, failure, last, request
-from worker.providers.base import ProviderRequest, TextDelta
-from worker.providers.openai import OpenAIProvider, estimate_tokens
 
 
 async def test_streams_text_and_usage_equal_to_what_the_server_billed(

@@ -12,6 +12,7 @@ from email.utils import format_datetime
 import pytest
 
 from jobstream.settings import Settings
+from jobstream.worker.providers.openai import OpenAIProvider
 from tests.support.fake_openai import FakeOpenAI, Reply, expected_text, prompt_tokens
 from tests.support.provider_streams import (
     FIRST_TOKEN_TIMEOUT_S,
@@ -22,7 +23,6 @@ from tests.support.provider_streams import (
     last,
     request,
 )
-from worker.providers.openai import OpenAIProvider
 
 
 async def test_rate_limited_honours_retry_after_seconds(

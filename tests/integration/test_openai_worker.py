@@ -15,6 +15,8 @@ import pytest
 
 from jobstream import claims
 from jobstream.settings import Settings
+from jobstream.worker.providers.openai import estimate_tokens
+from jobstream.worker.retry import Backoff
 from tests.support.fake_openai import FakeOpenAI, Reply, expected_text, prompt_tokens
 from tests.support.openai_jobs import (
     billed_usd,
@@ -34,8 +36,6 @@ from tests.support.workers import (
     wait_for_job,
     wait_for_status,
 )
-from worker.providers.openai import estimate_tokens
-from worker.retry import Backoff
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import httpx
 
 from jobstream import attempts, db, jobs, retention
 from jobstream.settings import Settings
+from jobstream.worker.janitor import Janitor
 from tests.integration.test_metrics import samples
 from tests.support import attempt_driver as drive
 from tests.support.api import PROBLEM
@@ -28,7 +29,6 @@ from tests.support.workers import (
     wait_for_job,
     wait_idle,
 )
-from worker.janitor import Janitor
 
 TABLES = ("jobs", "job_attempts", "job_events", "webhook_deliveries", "tenant_jobs")
 

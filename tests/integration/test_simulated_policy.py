@@ -15,8 +15,8 @@ from typing import Any
 import asyncpg
 import httpx
 
+from jobstream.server.app import create_app
 from jobstream.settings import Settings
-from server.app import create_app
 from tests.support.api import PROBLEM, job_count
 from tests.support.http_server import http_client, serve
 

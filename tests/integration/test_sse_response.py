@@ -11,9 +11,9 @@ import asyncpg
 import httpx
 import pytest
 
+from jobstream.server.app import create_app
+from jobstream.server.hub import Hub
 from jobstream.settings import Settings
-from server.app import create_app
-from server.hub import Hub
 from tests.support import attempt_driver as drive
 from tests.support.api import create
 from tests.support.http_server import http_client, serve

@@ -19,8 +19,8 @@ import pytest
 from jobstream import claims
 from jobstream.clock import DatabaseClock
 from jobstream.db import Conn
+from jobstream.worker.token_log import TokenLog
 from tests.support.workers import create_job, event_list, reassemble
-from worker.token_log import TokenLog
 
 
 class InFlight:

@@ -13,14 +13,14 @@ import pytest
 
 from jobstream import attempts, claims
 from jobstream.claims import Claimed
+from jobstream.worker.coalescer import Coalescer
+from jobstream.worker.inbox import Inbox, LeaseLost
+from jobstream.worker.token_log import TokenLog
+from jobstream.worker.token_pull import TokenPull
+from jobstream.worker.token_writes import TokenWrites
 from tests.integration.test_token_log import FlakyPool
 from tests.support.polling import eventually
 from tests.support.workers import create_job, event_list, manual_clock, reassemble
-from worker.coalescer import Coalescer
-from worker.inbox import Inbox, LeaseLost
-from worker.token_log import TokenLog
-from worker.token_pull import TokenPull
-from worker.token_writes import TokenWrites
 
 INTERVAL_S = 0.05
 LEASE_S = 30.0

@@ -8,8 +8,8 @@ import asyncpg
 
 from jobstream import attempts, claims, token_appends
 from jobstream.token_appends import TokenAppend
+from jobstream.worker.token_writes import TokenWrites
 from tests.support.workers import create_job, event_list, manual_clock, reassemble
-from worker.token_writes import TokenWrites
 
 LEASE_S = 30.0
 

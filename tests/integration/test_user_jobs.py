@@ -16,8 +16,8 @@ import asyncpg
 import httpx
 import pytest
 
+from jobstream.server.app import create_app
 from jobstream.settings import Settings
-from server.app import create_app
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.http_server import http_client, serve
 from tests.support.openai_jobs import billed_usd, openai_settings, tenant_money

@@ -20,8 +20,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from jobstream import jobs
+from jobstream.server.app import create_app
 from jobstream.settings import Settings
-from server.app import create_app
+from jobstream.worker.webhooks import WebhookSender
 from tests.support.api import PROBLEM
 from tests.support.clock import ManualClock
 from tests.support.http_server import http_client, serve
@@ -30,7 +31,6 @@ from tests.support.resolver import Resolver, fake_resolver
 from tests.support.webhook_outbox import deliveries
 from tests.support.webhook_receiver import Receiver, webhook_receiver
 from tests.support.workers import create_job, manual_clock
-from worker.webhooks import WebhookSender
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ import structlog
 
 from jobstream import claims, logs
 from jobstream.settings import Settings
+from jobstream.worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
+from jobstream.worker.retry import Backoff
 from tests.support.gated_provider import GatedProvider
 from tests.support.workers import (
     attempt_rows,
@@ -29,8 +31,6 @@ from tests.support.workers import (
     wait_for_status,
     wait_idle,
 )
-from worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
-from worker.retry import Backoff
 
 PRICE = Decimal("0.000002")  # the simulator's default price per output token
 

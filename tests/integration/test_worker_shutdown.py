@@ -8,6 +8,7 @@ import asyncpg
 import pytest
 
 from jobstream.settings import Settings
+from jobstream.worker.worker import Worker
 from tests.support.gated_provider import GatedProvider
 from tests.support.polling import signalled
 from tests.support.workers import (
@@ -23,7 +24,6 @@ from tests.support.workers import (
     wait_for_status,
     wait_idle,
 )
-from worker.worker import Worker
 
 
 async def test_stop_lets_an_attempt_that_ends_within_the_grace_period_finish(

@@ -10,8 +10,8 @@ from decimal import Decimal
 import asyncpg
 
 from jobstream.settings import Settings
+from jobstream.worker.providers.base import Prompt, ProviderRequest, StreamItem
 from tests.support.workers import attempt_rows, create_job, running_worker, wait_for_status
-from worker.providers.base import Prompt, ProviderRequest, StreamItem
 
 
 class HangingProvider:

@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from server.hub import Hub
+from jobstream.server.hub import Hub
 from tests.support.polling import eventually
 
 PROBLEM = "application/problem+json"

@@ -32,7 +32,7 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (int(os.environ["FEW_FILES"]), hard))
     program = os.environ["FEW_FILES_RUN"]
     if program == "server":
-        from server.__main__ import main as server_main
+        from jobstream.server.__main__ import main as server_main
 
         return server_main()
     if program == "asyncio-http":

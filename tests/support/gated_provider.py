@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from decimal import Decimal
 
 from jobstream.usage import Usage
-from worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
+from jobstream.worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
 
 
 class GatedProvider:

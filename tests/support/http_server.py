@@ -13,7 +13,7 @@ import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
-from server.shutdown import DrainingServer
+from jobstream.server.shutdown import DrainingServer
 
 # One TLS context for the suite's clients: httpx makes one for each client otherwise, 45 ms of
 # CPU loading the system's certificates, and these clients speak plain HTTP to loopback.

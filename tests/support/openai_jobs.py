@@ -16,9 +16,9 @@ import asyncpg
 from jobstream import creates
 from jobstream.jobspec import JobSpec
 from jobstream.settings import Settings
+from jobstream.worker.providers.base import ProviderRequest
+from jobstream.worker.providers.openai import OpenAIProvider
 from tests.support.fake_openai import RequestRecord
-from worker.providers.base import ProviderRequest
-from worker.providers.openai import OpenAIProvider
 
 KEY = "sk-jobstream-worker-test-2c26b46b68ffc68ff99b453c1d304134"
 # Prices whose products with token counts fit numeric(18, 8) exactly, so sums reconcile to the

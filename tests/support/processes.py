@@ -1,4 +1,5 @@
-"""Real processes for end-to-end tests: `python -m worker`, `python -m server`, any module.
+"""Real processes for end-to-end tests: `python -m jobstream.worker`, `python -m jobstream.server`
+(spawned by the short names "worker" and "server"), any module.
 
 Each child runs from the repository root with the test's environment (DATABASE_URL, JOBSTREAM_*)
 on top of a cleaned copy of ours, and writes stdout and stderr to one log file, so a failing test
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import IO, Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The processes by their short names: the packages live under jobstream when installed.
+MODULES = {"server": "jobstream.server", "worker": "jobstream.worker"}
 
 # Settings of the test run itself must not leak into a child: it gets exactly what it is given.
 _INHERITED_PREFIXES = ("JOBSTREAM_",)
@@ -39,7 +42,7 @@ class ManagedProcess:
         child_env["PYTHONUNBUFFERED"] = "1"  # log lines reach the file as they are written
         self._log: IO[bytes] = log_path.open("wb")
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", module],
+            [sys.executable, "-m", MODULES.get(module, module)],
             cwd=REPO_ROOT,
             env=child_env,
             stdin=subprocess.DEVNULL,

@@ -10,9 +10,9 @@ import pytest
 
 from jobstream.errors import ProviderError
 from jobstream.usage import Usage
+from jobstream.worker.providers.base import ProviderRequest, TextDelta
+from jobstream.worker.providers.openai import OpenAIProvider
 from tests.support.fake_openai import Stats
-from worker.providers.base import ProviderRequest, TextDelta
-from worker.providers.openai import OpenAIProvider
 
 PROMPT = "alpha beta gamma delta"
 FIRST_TOKEN_TIMEOUT_S = 1.0

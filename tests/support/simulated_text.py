@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.providers.simulated import Pattern, token_text
+from jobstream.worker.providers.simulated import Pattern, token_text
 
 
 def expected_text(prompt: str, tokens: int, pattern: Pattern = "words") -> str:

@@ -17,9 +17,9 @@ from jobstream.events import Event
 from jobstream.jobspec import JobSpec
 from jobstream.settings import Settings
 from jobstream.sql import queries
+from jobstream.worker.worker import Worker
 from tests.support.clock import ManualClock
 from tests.support.polling import eventually
-from worker.worker import Worker
 
 Row = dict[str, Any]
 

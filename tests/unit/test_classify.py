@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from jobstream.types import ErrorKind
-from worker.providers import classify
+from jobstream.worker.providers import classify
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

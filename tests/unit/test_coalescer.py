@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from worker.coalescer import Coalescer
+from jobstream.worker.coalescer import Coalescer
 
 
 def test_nothing_pending_means_nothing_due() -> None:

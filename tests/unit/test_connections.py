@@ -5,7 +5,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from server.connections import DERIVED_MAX_CONNECTIONS, connection_limit, raise_open_file_limit
+from jobstream.server.connections import (
+    DERIVED_MAX_CONNECTIONS,
+    connection_limit,
+    raise_open_file_limit,
+)
 
 
 def test_the_connection_cap_is_half_the_open_files_unless_set() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from server.event_stream import EventStream
+from jobstream.server.event_stream import EventStream
 
 Message = MutableMapping[str, Any]
 

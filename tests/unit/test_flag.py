@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from server.flag import Flag
+from jobstream.server.flag import Flag
 
 
 async def test_set_wakes_every_waiter_and_calls_back_once() -> None:

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-from worker.inbox import CancelRequested, Ending, Inbox, Interrupted, LeaseLost, StreamEnded
+from jobstream.worker.inbox import (
+    CancelRequested,
+    Ending,
+    Inbox,
+    Interrupted,
+    LeaseLost,
+    StreamEnded,
+)
 
 
 async def test_a_read_takes_every_waiting_message_in_order() -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from server.lag import LagHistogram
+from jobstream.server.lag import LagHistogram
 
 
 def test_buckets_are_cumulative_and_count_every_observation() -> None:

@@ -10,9 +10,9 @@ import asyncpg
 
 from jobstream.claims import Claimed
 from jobstream.jobspec import AttemptSpec
+from jobstream.worker.inbox import Inbox, LeaseLost
+from jobstream.worker.lease import Leases
 from tests.support.clock import ManualClock
-from worker.inbox import Inbox, LeaseLost
-from worker.lease import Leases
 
 LEASE_S = 0.3
 

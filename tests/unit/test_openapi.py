@@ -11,11 +11,11 @@ from typing import Any
 import schemathesis
 from starlette.routing import Mount, Route
 
+from jobstream.server import batch_api, events_api, validation
+from jobstream.server.app import create_app
+from jobstream.server.openapi import DOCUMENT
 from jobstream.settings import Settings
 from jobstream.types import JOB_STATUSES
-from server import batch_api, events_api, validation
-from server.app import create_app
-from server.openapi import DOCUMENT
 
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from worker.providers.pacer import Pacer
+from jobstream.worker.providers.pacer import Pacer
 
 TICK_S = 0.005
 

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobstream.jobspec import JobSpec
-from server import job_body
-from server.problems import Problem
-from server.simulated_rules import SimulatedRules
+from jobstream.server import job_body
+from jobstream.server.problems import Problem
+from jobstream.server.simulated_rules import SimulatedRules
 
 ON, OFF = SimulatedRules(enabled=True, max_s=60), SimulatedRules(enabled=False, max_s=60)
 RULES = st.sampled_from([ON, ON, ON, OFF])

@@ -14,8 +14,8 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
 from jobstream.events import Event
-from server.v1.mapping import STRIDE, ResponseEvent, ResponseEvents
-from server.v1.objects import Head
+from jobstream.server.v1.mapping import STRIDE, ResponseEvent, ResponseEvents
+from jobstream.server.v1.objects import Head
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 JOB = uuid.UUID("00000000-0000-0000-0000-0000000000aa")

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from jobstream.types import ErrorKind
-from worker.retry import Backoff, Decision, decide
+from jobstream.worker.retry import Backoff, Decision, decide
 
 BACKOFF = Backoff(base_s=1.0, max_s=30.0)
 

@@ -8,9 +8,9 @@ import pytest
 
 from jobstream.errors import ProviderError
 from jobstream.usage import Usage
+from jobstream.worker.providers.base import ProviderRequest, StreamItem, TextDelta
+from jobstream.worker.providers.simulated import SimulatedProvider, token_text
 from tests.support.simulated_text import expected_text
-from worker.providers.base import ProviderRequest, StreamItem, TextDelta
-from worker.providers.simulated import SimulatedProvider, token_text
 
 # The first tokens the words pattern makes for this file's prompt.
 WORDS = [token_text("alpha beta gamma", "words", i) for i in range(2)]

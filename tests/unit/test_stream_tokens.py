@@ -7,8 +7,8 @@ import hmac
 
 import pytest
 
-from server.access_log import redact
-from server.stream_tokens import StreamTokens
+from jobstream.server.access_log import redact
+from jobstream.server.stream_tokens import StreamTokens
 
 JOB, OTHER = "3f0c7a52-0000-4000-8000-000000000001", "3f0c7a52-0000-4000-8000-000000000002"
 

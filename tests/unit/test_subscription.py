@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from jobstream.events import Event
-from server.hub import Hub
-from server.subscription import Subscription, SubscriptionClosed
+from jobstream.server.hub import Hub
+from jobstream.server.subscription import Subscription, SubscriptionClosed
 
 
 def events(*seqs: int) -> list[Event]:

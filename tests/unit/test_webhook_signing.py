@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker import signatures
+from jobstream.worker import signatures
 
 
 def test_the_signature_matches_the_standard_webhooks_test_vector() -> None:

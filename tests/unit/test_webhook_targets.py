@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from jobstream.worker import webhook_targets
+from jobstream.worker.webhook_targets import Refused, Unresolved
 from tests.support.resolver import Resolver, fake_resolver
-from worker import webhook_targets
-from worker.webhook_targets import Refused, Unresolved
 
 # A Teredo address (2001::/32) whose server is 65.54.227.120 and whose client, stored inverted
 # in the last 32 bits, is 127.0.0.1; and the same with the public client 93.184.216.34.

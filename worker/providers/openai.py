@@ -24,8 +24,8 @@ from jobstream.errors import ProviderError
 from jobstream.jobspec import chat
 from jobstream.settings import Settings
 from jobstream.usage import Usage
-from worker.providers import classify
-from worker.providers.base import Prompt, ProviderRequest, SendMark, StreamItem, TextDelta
+from jobstream.worker.providers import classify
+from jobstream.worker.providers.base import Prompt, ProviderRequest, SendMark, StreamItem, TextDelta
 
 log = structlog.get_logger(__name__)
 

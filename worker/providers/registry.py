@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from jobstream.settings import Settings
-from worker.providers.base import Provider
-from worker.providers.openai import OpenAIProvider
-from worker.providers.simulated import SimulatedProvider
+from jobstream.worker.providers.base import Provider
+from jobstream.worker.providers.openai import OpenAIProvider
+from jobstream.worker.providers.simulated import SimulatedProvider
 
 
 def build_providers(settings: Settings) -> dict[str, Provider]:

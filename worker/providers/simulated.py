@@ -21,8 +21,8 @@ from typing import Any, Final, Literal, TypeVar, cast, get_args
 
 from jobstream.errors import ProviderError
 from jobstream.usage import Usage
-from worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
-from worker.providers.pacer import Pacer
+from jobstream.worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
+from jobstream.worker.providers.pacer import Pacer
 
 FaultKind = Literal["transient", "rate_limited", "permanent", "timeout", "drop"]
 Pattern = Literal["words", "count"]
