@@ -140,7 +140,12 @@ def log_created(job: JobRow) -> None:
 
 
 def reservation(providers: Mapping[str, Provider], spec: JobSpec) -> Decimal:
-    """The most one attempt of this job can cost: what its budget must hold until it ends."""
+    """The most one attempt of this job can cost: what its budget must hold until it ends.
+    A job of the app's own reserves its max_cost_usd, the most it may spend in all (its calls
+    are refused past it); without one it reserves nothing (docs/jobs.md)."""
+    if spec.job is not None:
+        cap = spec.max_cost_usd
+        return Decimal(str(cap)) if cap is not None else Decimal(0)
     provider = providers.get(spec.provider)
     if provider is None:
         raise Problem(

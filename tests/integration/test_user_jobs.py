@@ -313,3 +313,18 @@ async def test_the_api_describes_each_job_with_its_models_schemas(api: httpx.Asy
     refs = [variant["$ref"].rsplit("/", 1)[1] for variant in create["schema"]["oneOf"]]
     assert refs[0] == "JobCreate" and "PipelineJobCreate" in refs
     assert schemas["PipelineJobCreate"]["properties"]["input"]["$ref"].endswith("/PipelineInput")
+
+
+async def test_max_cost_is_reserved_at_create_and_a_budget_too_small_refuses_it(
+    pool: asyncpg.Pool, api: httpx.AsyncClient
+) -> None:
+    await pool.execute("UPDATE tenants SET budget_usd = 0.00015 WHERE id = 'default'")
+    first = await submit(api, "budgeted", {"calls": 1})  # its decorator's 0.0001
+    assert (await job_row(pool, uuid.UUID(first)))["reserved_usd"] == Decimal("0.0001")
+    over = await api.post(
+        "/api/jobs", json={"job": "budgeted", "input": {"calls": 1}, "max_cost_usd": 0.0001}
+    )
+    assert over.status_code == 402, over.text
+    smaller = await submit(api, "budgeted", {"calls": 1}, max_cost_usd=0.00005)
+    assert (await job_row(pool, uuid.UUID(smaller)))["reserved_usd"] == Decimal("0.00005")
+    assert await tenant_money(pool) == (Decimal("0.00015"), Decimal(0))
