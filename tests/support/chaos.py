@@ -34,6 +34,7 @@ from tests.support.chaos_plan import Figures, Plan
 from tests.support.http_server import http_client
 from tests.support.processes import Processes
 from tests.support.sse_client import reassemble
+from tests.support.user_jobs import halves
 
 TENANT = "default"
 
@@ -58,7 +59,8 @@ class Chaos:
         self.rng = rng
         self.figures = Figures()
         self.stop = asyncio.Event()
-        self.created: dict[str, tuple[str, int]] = {}  # job id -> (idempotency key, tokens)
+        # job id -> (idempotency key, the exact text it must end with)
+        self.created: dict[str, tuple[str, str]] = {}
         self.readers: list[Reader] = []
         self.clients: list[httpx.AsyncClient] = []
 
@@ -135,8 +137,13 @@ class Chaos:
         tokens = self.rng.randint(*self.plan.tokens)
         simulate = {"tokens": tokens, "pattern": "count", "tokens_per_second": 40,
                     "first_token_delay_s": 0}  # fmt: skip
-        body = {"prompt": f"chaos {i}", "max_tokens": tokens, "max_attempts": 10,
-                "simulate": simulate}  # fmt: skip
+        body: dict[str, Any] = {"prompt": f"chaos {i}", "max_tokens": tokens, "max_attempts": 10,
+                                "simulate": simulate}  # fmt: skip
+        expected = counted(tokens)
+        if i % 3 == 2:
+            # A job of the app's own (tests/support/user_jobs.py): two calls, progress between.
+            body = {"job": "two_calls", "input": {"tokens": tokens}}
+            expected = "".join(counted(part) for part in halves(tokens))
         key = f"chaos-{i}-{uuid.uuid4()}"
         deadline = time.monotonic() + self.plan.settle_timeout_s
         slot = i % self.plan.servers
@@ -162,7 +169,7 @@ class Chaos:
             slot = (slot + 1) % self.plan.servers
             await asyncio.sleep(0.2)
         job_id = response.json()["id"]
-        self.created[job_id] = (key, tokens)
+        self.created[job_id] = (key, expected)
         # Two followers, one on each server; one of them hangs up now and then on purpose.
         for k in range(2):
             client = self.clients[(i + k) % self.plan.servers]
@@ -213,8 +220,8 @@ class Chaos:
         if total != len(self.created):
             problems.append(f"{total} jobs stored for {len(self.created)} idempotency keys")
         logs: dict[str, list[dict[str, Any]]] = {}
-        for job_id, (_key, tokens) in self.created.items():
-            logs[job_id] = await self._check_job(pool, job_id, tokens)
+        for job_id, (_key, expected) in self.created.items():
+            logs[job_id] = await self._check_job(pool, job_id, expected)
         for reader in self.readers:
             log = logs[reader.job_id]
             figures.events_checked += len(reader.seen)
@@ -234,7 +241,7 @@ class Chaos:
         await self._check_money(pool)
 
     async def _check_job(
-        self, pool: asyncpg.Pool, job_id: str, tokens: int
+        self, pool: asyncpg.Pool, job_id: str, expected: str
     ) -> list[dict[str, Any]]:
         problems = self.figures.problems
         row = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", uuid.UUID(job_id))
@@ -254,8 +261,8 @@ class Chaos:
             problems.append(f"job {job_id} is {status}")
         if accepted != (1 if status == "succeeded" else 0):
             problems.append(f"job {job_id} ({status}) has {accepted} accepted results: {outcomes}")
-        if status == "succeeded" and row["result"]["text"] != counted(tokens):
-            problems.append(f"job {job_id}: the result is not the text of {tokens} tokens")
+        if status == "succeeded" and row["result"]["text"] != expected:
+            problems.append(f"job {job_id}: the result is not the text of {len(expected)} chars")
         log = [e.to_json() for e in await events.read_after(pool, row["id"], 0, limit=100_000)]
         if [e["seq"] for e in log] != list(range(1, row["last_seq"] + 1)):
             problems.append(f"job {job_id}: the log is not 1..{row['last_seq']} without gaps")

@@ -38,6 +38,8 @@ class Fleet:
             "JOBSTREAM_SHUTDOWN_GRACE_S": "0",
             # A process started while PostgreSQL is down waits for it, never gives up.
             "JOBSTREAM_DB_CONNECT_TIMEOUT_S": "120",
+            # Every third job is one of the test app's own (tests/support/chaos.py).
+            "JOBSTREAM_APP": "tests.support.user_jobs:app",
         }
         self.ports = [free_port() for _ in range(plan.servers)]
         self.urls = [f"http://127.0.0.1:{port}" for port in self.ports]

@@ -141,3 +141,24 @@ class Budgeted(BaseModel):
 async def budgeted(asked: Budgeted, ctx: jobstream.Context) -> None:
     for i in range(asked.calls):
         await ctx.llm.stream(prompt=f"call {i}", provider="openai", max_tokens=8)
+
+
+class Counted2(BaseModel):
+    tokens: int = Field(ge=2, le=10_000)
+
+
+def halves(tokens: int) -> tuple[int, int]:
+    return tokens // 2, tokens - tokens // 2
+
+
+@app.job("two_calls", input=Counted2, max_attempts=10, timeout_s=120)
+async def two_calls(asked: Counted2, ctx: jobstream.Context) -> None:
+    """Two simulated calls of counted tokens, progress between: `make chaos`'s job of its own,
+    whose exact text is known (tests.support.chaos)."""
+    for n, part in enumerate(halves(asked.tokens)):
+        await ctx.progress(n / 2, f"call {n + 1}")
+        simulate = {"tokens": part, "pattern": "count", "tokens_per_second": 40,
+                    "first_token_delay_s": 0}  # fmt: skip
+        await ctx.llm.stream(
+            prompt="count", provider="simulated", max_tokens=part, simulate=simulate
+        )
