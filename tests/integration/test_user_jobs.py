@@ -6,6 +6,7 @@ fenced, every call's cost recorded and the tenant charged once.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -79,15 +80,24 @@ async def test_a_three_call_pipeline_streams_to_every_follower_and_costs_what_wa
     created = (await api.get(f"/api/jobs/{job_id}")).json()
     sse = asyncio.create_task(read_stream(api, created["events_url"]))
     polled = asyncio.create_task(long_poll(api, job_id))
+    # The CLI, piped: its stdout is the text, its progress lines go to stderr.
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "jobstream.cli", "follow", job_id, "--url", str(api.base_url),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
     async with running_worker(ai_settings, pool=pool, app=app):
         await wait_for_status(pool, uuid.UUID(job_id), "succeeded")
-        frames, polls = await asyncio.gather(sse, polled)
+        frames, polls, (printed, said) = await asyncio.gather(sse, polled, cli.communicate())
     job = (await api.get(f"/api/jobs/{job_id}")).json()
     assert job["job"] == "pipeline"
     assert job["input"] == {"topic": "leases and fencing", "provider": "openai", "max_tokens": 6}
     text = job["result"]["text"]
     assert text.count("\n") == 2 and len(text) > 10
     assert reassemble_frames(frames.events) == reassemble_frames(polls) == text
+    assert cli.returncode == 0 and printed.decode() == text + "\n", said.decode()
+    assert [line for line in said.decode().splitlines() if line.startswith("progress")] == [
+        "progress 0% outline", "progress 33% draft", "progress 66% polish", "progress 100% done"
+    ]  # fmt: skip
     for events in (frames.events, polls):
         progress = [(e["fraction"], e["message"]) for e in events if e["type"] == "progress"]
         assert progress == [
