@@ -129,14 +129,19 @@ class Envelope:
 
 
 def checked_envelope(
-    fields: Fields, *, allow_private_webhooks: bool, max_attempts: int, timeout_s: float
+    fields: Fields,
+    *,
+    allow_private_webhooks: bool,
+    max_attempts: int,
+    timeout_s: float,
+    retry_unknown: bool = False,
 ) -> Envelope:
-    """The envelope's fields of `fields.body`, each bad one noted in `fields`; `max_attempts`
-    and `timeout_s` are the defaults of the job asked for."""
+    """The envelope's fields of `fields.body`, each bad one noted in `fields`; `max_attempts`,
+    `timeout_s` and `retry_unknown` are the defaults of the job asked for."""
     body = fields.body
     priority = fields.integer("priority", 0, lo=-10, hi=10)
     attempts = fields.integer("max_attempts", max_attempts, lo=1, hi=10)
-    retry_unknown = fields.boolean("retry_unknown", False)
+    retry_unknown = fields.boolean("retry_unknown", retry_unknown)
     timeout = fields.number("timeout_s", timeout_s, lo=1, hi=3600)
     webhook_url = fields.string("webhook_url", None, lo=1, hi=2000)
     if webhook_url is not None and not webhook_url.startswith(("http://", "https://")):

@@ -94,8 +94,12 @@ def app_job_spec(
         allow_private_webhooks=allow_private_webhooks,
         max_attempts=job.max_attempts,
         timeout_s=job.timeout_s,
+        retry_unknown=job.retry_unknown,
     )
-    max_cost = body.get("max_cost_usd", job.max_cost_usd)
+    # Given (a number) it replaces the job's own cap, up or down; absent or null, the job's.
+    max_cost = body.get("max_cost_usd")
+    if max_cost is None:
+        max_cost = job.max_cost_usd
     if max_cost is not None and (
         isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or max_cost < 0
     ):
@@ -109,6 +113,9 @@ def app_job_spec(
         job=name,
         input=value,
         max_cost_usd=float(max_cost) if max_cost is not None else None,
+        invalid_output_retries=(
+            job.invalid_output_retries if job.invalid_output_retries != 2 else None
+        ),
         **envelope.fields(),
     )
 
@@ -128,7 +135,8 @@ def _input(fields: Fields, job: JobDefinition, raw: object) -> Any:
                 }
             )
         return None
-    value = model.model_dump(mode="json")
+    # By alias: the worker validates it again with the same model, which reads aliases.
+    value = model.model_dump(mode="json", by_alias=True)
     problem = storable(value, MAX_DEPTH)
     if problem is not None:
         fields.error("input", problem)

@@ -143,15 +143,15 @@ def reservation(providers: Mapping[str, Provider], spec: JobSpec) -> Decimal:
     """The most one attempt of this job can cost: what its budget must hold until it ends.
     A job of the app's own reserves its max_cost_usd, the most it may spend in all (its calls
     are refused past it); without one it reserves nothing (docs/jobs.md)."""
-    if spec.job is not None:
-        cap = spec.max_cost_usd
-        return Decimal(str(cap)) if cap is not None else Decimal(0)
     provider = providers.get(spec.provider)
     if provider is None:
         raise Problem(
             422, "validation", "Invalid request", f"Provider {spec.provider!r} is not configured.",
             errors=[{"field": "provider", "message": "is not configured on this server"}],
         )  # fmt: skip
+    if spec.job is not None:
+        cap = spec.max_cost_usd
+        return Decimal(str(cap)) if cap is not None else Decimal(0)
     return provider.estimate_cost(spec, spec.max_tokens)
 
 

@@ -6,14 +6,14 @@ restates. tests/unit/test_openapi.py holds it to the app's routes, and the fuzz 
 (tests/e2e/test_fuzz_api.py) holds it to what the server answers.
 
 A server with jobs of its own (JOBSTREAM_APP) adds their schemas, from their pydantic models:
-`<Name>Input` and `<Name>Output` for each, an `AppJobCreate` per job, and the create's body
-becomes one of those or the built-in `JobCreate`.
+`Job.<name>.Input`, `Job.<name>.Output` and `Job.<name>.Create` for each (the models they nest
+as `Job.<name>.<Model>`: two jobs' models of one name never meet), and the create's body
+becomes one of those creates or the built-in `JobCreate`.
 """
 
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -50,35 +50,40 @@ def build(jobs: Mapping[str, JobDefinition]) -> bytes:
     built_in = schemas["JobCreate"]["properties"]
     creates: list[dict[str, Any]] = [{"$ref": _REF.format(model="JobCreate")}]
     for name, job in sorted(jobs.items()):
-        stem = _stem(name)
-        input_schema = job.input.model_json_schema(ref_template=_REF)
-        output_schema = TypeAdapter(job.output or str).json_schema(ref_template=_REF)
+        stem = f"Job.{name}"
+        nested = f"#/components/schemas/{stem}.{{model}}"
+        input_schema = job.input.model_json_schema(ref_template=nested)
+        output_schema = TypeAdapter(job.output or str).json_schema(ref_template=nested)
         for part in (input_schema, output_schema):
-            schemas.update(part.pop("$defs", {}))
-        schemas[f"{stem}Input"] = input_schema
-        schemas[f"{stem}Output"] = output_schema
-        create = f"{stem}JobCreate"
-        schemas[create] = {
+            schemas.update({f"{stem}.{model}": s for model, s in part.pop("$defs", {}).items()})
+        schemas[f"{stem}.Input"] = input_schema
+        schemas[f"{stem}.Output"] = output_schema
+        envelope = {field: built_in[field] for field in _ENVELOPE if field in built_in}
+        # The job's own defaults, where its decorator set them.
+        own = {"max_attempts": job.max_attempts, "timeout_s": job.timeout_s,
+               "retry_unknown": job.retry_unknown}  # fmt: skip
+        for field, default in own.items():
+            if field in envelope:
+                envelope[field] = {**envelope[field], "default": default}
+        schemas[f"{stem}.Create"] = {
             "type": "object",
             "description": f"A create of the job `{name}`.",
-            "required": ["job", "input"],
+            "required": ["job"],
             "additionalProperties": False,
             "properties": {
                 "job": {"const": name},
-                "input": {"$ref": _REF.format(model=f"{stem}Input")},
-                **{field: built_in[field] for field in _ENVELOPE if field in built_in},
-                "max_cost_usd": {"type": ["number", "null"], "minimum": 0},
+                "input": {"$ref": _REF.format(model=f"{stem}.Input")},
+                **envelope,
+                "max_cost_usd": {
+                    "type": ["number", "null"], "minimum": 0, "default": job.max_cost_usd,
+                    "description": "The most the job may spend (null: the job's own cap).",
+                },
             },
-        }
-        creates.append({"$ref": _REF.format(model=create)})
+        }  # fmt: skip
+        creates.append({"$ref": _REF.format(model=f"{stem}.Create")})
     body = document["paths"]["/api/jobs"]["post"]["requestBody"]["content"]["application/json"]
     body["schema"] = {"oneOf": creates}
     return orjson.dumps(document)
-
-
-def _stem(name: str) -> str:
-    """A job name as a component name's stem: `document.analysis` -> `DocumentAnalysis`."""
-    return "".join(part.capitalize() for part in re.split(r"[^a-zA-Z0-9]+", name) if part)
 
 
 async def document(request: Request) -> Response:
