@@ -3,7 +3,7 @@
 -- version and then the routines at the end of this file (jobstream/migrations.py,
 -- docs/architecture.md). Change a table in both: a test checks that the migrations lead to
 -- exactly this schema.
--- schema-version: 13
+-- schema-version: 14
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -202,6 +202,28 @@ CREATE TABLE IF NOT EXISTS job_events (
     PRIMARY KEY (job_id, seq)
 );
 
+-- Durable steps of a job's own code (`ctx.step`, worker/steps.py): each finished step once per
+-- job, written by the attempt that ran it, fenced by its run token (JOURNAL_STEP), and read by
+-- every later attempt, which replays it instead of running it again: `result` as the step
+-- returned it (JSON), `output` what it wrote to the job's log in order (`{"text": ...}` and
+-- `{"progress": {...}}` items), and what its model calls used and cost (already in its
+-- attempt's row as well: an accepted result made of replayed steps is charged for them once).
+-- No foreign key: deleted with the job's other rows (delete_jobs).
+CREATE TABLE IF NOT EXISTS job_steps (
+    job_id        uuid NOT NULL,
+    step          text NOT NULL,
+    attempt       integer NOT NULL,
+    run_token     uuid NOT NULL,
+    result        jsonb,
+    output        jsonb NOT NULL DEFAULT '[]',
+    input_tokens  integer NOT NULL DEFAULT 0,
+    output_tokens integer NOT NULL DEFAULT 0,
+    cost_usd      numeric(18, 8) NOT NULL DEFAULT 0,
+    cost_known    boolean NOT NULL DEFAULT true,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (job_id, step)
+);
+
 -- Provider-wide coordination across every worker: claims for a provider with a concurrency
 -- limit lock its row (claim_jobs below), and a 429 pauses it.
 CREATE TABLE IF NOT EXISTS provider_state (
@@ -304,7 +326,7 @@ CREATE TYPE claimed_job AS (
     job_name           text
 );
 
-INSERT INTO schema_version (version) VALUES (13) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (14) ON CONFLICT (version) DO NOTHING;
 
 -- routines: every function, aggregate and view. A fresh database runs this file whole; after
 -- migrations, jobstream/migrations.py runs again what follows this line (every statement is
@@ -405,6 +427,8 @@ RETURNS TABLE (id uuid, tenant_id text, rows_deleted bigint) LANGUAGE sql AS $$
         DELETE FROM job_events e WHERE e.job_id = ANY(doomed) RETURNING 1
     ), attempts AS (
         DELETE FROM job_attempts a WHERE a.job_id = ANY(doomed) RETURNING 1
+    ), steps AS (
+        DELETE FROM job_steps s WHERE s.job_id = ANY(doomed) RETURNING 1
     ), hooks AS (
         DELETE FROM webhook_deliveries w WHERE w.job_id = ANY(doomed) RETURNING 1
     ), gone AS (
@@ -416,7 +440,8 @@ RETURNS TABLE (id uuid, tenant_id text, rows_deleted bigint) LANGUAGE sql AS $$
     )
     SELECT g.id, g.tenant_id,
            (SELECT count(*) FROM gone) + (SELECT count(*) FROM events)
-           + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM hooks)
+           + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM steps)
+           + (SELECT count(*) FROM hooks)
            + (SELECT count(*) FROM unlisted)
       FROM gone g
 $$;

@@ -39,8 +39,8 @@ class JobDefinition:
     handler: Handler
     input: type[BaseModel]
     # The model the handler's return value is validated against; None: the result is the
-    # text the job emitted (a `str` return value, when there is one, must equal it or is
-    # appended: see worker/handlers.py).
+    # text the job emitted, and the return value counts only where the handler emitted
+    # nothing and returned a string: that string is then the text (worker/handlers.py).
     output: Any = None
     max_attempts: int = 3
     timeout_s: float = DEFAULT_TIMEOUT_S
@@ -52,6 +52,9 @@ class JobDefinition:
     # The provider whose queue and concurrency limit the job's claim counts against (None: the
     # deployment's default provider).
     provider: str | None = None
+    # Tries of an answer that fails its model (ctx.llm.parse, or the output model), beside
+    # max_attempts.
+    invalid_output_retries: int = 2
     is_async: bool = field(init=False)
     _output_adapter: TypeAdapter[Any] | None = field(init=False, repr=False)
 
@@ -97,6 +100,7 @@ class App:
         concurrency: int | None = None,
         max_cost_usd: float | None = None,
         provider: str | None = None,
+        invalid_output_retries: int = 2,
     ) -> Callable[[H], H]:
         """Register the decorated function as the job `name`.
 
@@ -121,6 +125,8 @@ class App:
             raise ValueError(f"job {name!r}: concurrency must be at least 1")
         if max_cost_usd is not None and max_cost_usd < 0:
             raise ValueError(f"job {name!r}: max_cost_usd must not be negative")
+        if not 0 <= invalid_output_retries <= 10:
+            raise ValueError(f"job {name!r}: invalid_output_retries must be 0 to 10")
 
         def register(handler: H) -> H:
             self._add(
@@ -135,6 +141,7 @@ class App:
                     concurrency=concurrency,
                     max_cost_usd=max_cost_usd,
                     provider=provider,
+                    invalid_output_retries=invalid_output_retries,
                 )
             )
             return handler

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Literal
 from uuid import UUID
 
@@ -72,6 +73,9 @@ class Success:
     last_chunk: str = ""
     # A job's validated structured output (JSON), shown as `result.output`; None for none.
     output: Any = None
+    # What the tenant pays for the result, when more than the attempt's own calls: those and
+    # the journaled steps of earlier attempts it replayed. None: the attempt's cost.
+    charge: Decimal | None = None
 
 
 async def accept_many(pool: asyncpg.Pool, successes: Sequence[Success], clock: Clock) -> set[int]:
@@ -105,6 +109,7 @@ def _succeeded(success: Success) -> dict[str, Any]:
         # A string: exact, where a JSON number would pass through a float.
         "cost": str(usage.cost_usd), "cost_known": usage.cost_known,
         "last_chunk": success.last_chunk,
+        "charge": str(success.charge) if success.charge is not None else None,
     }  # fmt: skip
 
 
@@ -141,6 +146,7 @@ async def fail(
     retry_in_s: float,
     clock: Clock,
     trace: str | None = None,
+    counted: bool = True,
 ) -> None:
     """End the attempt with an error and either schedule a retry or end the job.
 
@@ -150,7 +156,13 @@ async def fail(
         new_events = [*_usage_event(usage), NewEvent("attempt_error", error)]
         if action == "retry":
             row = await conn.fetchrow(
-                queries.REQUEUE_JOB, held.job_id, held.run_token, retry_in_s, error, clock.now(), 0
+                queries.REQUEUE_JOB,
+                held.job_id,
+                held.run_token,
+                retry_in_s,
+                error,
+                clock.now(),
+                0 if counted else 1,
             )
             if row is not None:
                 new_events.append(

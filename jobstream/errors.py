@@ -100,10 +100,34 @@ class PermanentError(JobstreamError):
         self.message = message
 
 
-class InvalidOutput(PermanentError):
-    """A job's return value failed its output model."""
+class OutputError(JobstreamError):
+    """A model's answer (or a job's result) that cannot be the result: its `kind` has its own
+    rule (worker/retry.py)."""
 
-    error_class = "invalid_output"
+    kind: ErrorKind = "permanent"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidOutput(OutputError):
+    """The answer, or the job's return value, fails its model. Retried within the job's
+    invalid_output_retries; the next try sees the errors and the text (ctx.previous_failure)."""
+
+    kind = "invalid_output"
+
+
+class OutputTruncated(OutputError):
+    """The model stopped at its token limit: retried once with the limit doubled."""
+
+    kind = "output_truncated"
+
+
+class Refused(OutputError):
+    """The model refused, or a content filter stopped it: final."""
+
+    kind = "refused"
 
 
 class BudgetRefused(ProviderError):

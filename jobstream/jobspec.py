@@ -19,7 +19,7 @@ BUILT_IN_JOB = "llm"
 
 _SINCE_V1 = frozenset(
     {"run_at", "delay_s", "messages", "instructions", "temperature", "top_p", "retain_s", "job",
-     "input", "max_cost_usd"}
+     "input", "max_cost_usd", "invalid_output_retries"}
 )  # fmt: skip
 
 # A chat message as stored: {"role": "system" | "developer" | "user" | "assistant", "content"}.
@@ -78,6 +78,8 @@ class JobSpec:
     input: Any = None
     # The most the job may spend across its calls and attempts (a user job's ctx.llm calls).
     max_cost_usd: float | None = None
+    # How many times an answer that fails its model is asked again (None: 2).
+    invalid_output_retries: int | None = None
 
     @property
     def job_name(self) -> str:
@@ -93,6 +95,8 @@ class JobSpec:
             }
             if self.max_cost_usd is not None:
                 own["max_cost_usd"] = self.max_cost_usd
+            if self.invalid_output_retries is not None:
+                own["invalid_output_retries"] = self.invalid_output_retries
             return own
         payload: dict[str, Any] = {
             "prompt": self.prompt,
@@ -143,9 +147,11 @@ class AttemptSpec:
     messages: list[Message] | None = None
     instructions: str | None = None
     sampling: dict[str, float] = field(default_factory=dict)
-    # A job of the app's own: its input as stored (JSON), and its spending cap.
+    # A job of the app's own: its input as stored (JSON), its spending cap, and how many times
+    # an answer that fails its model is asked again.
     input: Any = None
     max_cost_usd: float | None = None
+    invalid_output_retries: int = 2
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> AttemptSpec:
@@ -162,4 +168,5 @@ class AttemptSpec:
             sampling=dict(payload.get("sampling") or {}),
             input=payload.get("input"),
             max_cost_usd=float(cap) if cap is not None else None,
+            invalid_output_retries=int(payload.get("invalid_output_retries", 2)),
         )

@@ -29,4 +29,10 @@ EventType = Literal["status", "reset", "token", "progress", "usage", "attempt_er
 
 # How a failure is treated (DESIGN.md §7): a provider's, or `error`, an unexpected exception in
 # a job's own code (retried with backoff, as a transient fault, while attempts are left).
-ErrorKind = Literal["rate_limited", "transient", "permanent", "unknown", "error"]
+# The output kinds: `invalid_output` (a reply or result that fails its model: retried within
+# its own budget, invalid_output_retries), `output_truncated` (the model stopped at its token
+# limit: one retry with the limit doubled) and `refused` (a refusal or content filter: final).
+ErrorKind = Literal[
+    "rate_limited", "transient", "permanent", "unknown", "error", "invalid_output",
+    "output_truncated", "refused",
+]  # fmt: skip

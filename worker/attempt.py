@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Mapping
+from concurrent.futures import Executor
 
 import asyncpg
 import structlog
@@ -45,8 +46,11 @@ from jobstream.worker.job_writes import JobWrites
 from jobstream.worker.lease import Lease, Leases
 from jobstream.worker.llm_calls import LLMCalls
 from jobstream.worker.outcome import AttemptResult, LeaseExpired, OutcomeRecorder, SuccessWriter
+from jobstream.worker.previous import Previous
 from jobstream.worker.providers.base import Provider, ProviderRequest
 from jobstream.worker.spend import Spend
+from jobstream.worker.step_runs import Running
+from jobstream.worker.steps import Steps
 from jobstream.worker.token_log import TokenLog
 from jobstream.worker.token_pull import TokenPull
 from jobstream.worker.token_writes import TokenWrites
@@ -69,9 +73,11 @@ class AttemptRunner:
         write_success: SuccessWriter | None = None,
         token_writes: TokenWrites,
         job: JobDefinition | None = None,
+        threads: Executor | None = None,
     ) -> None:
         """`job` is the `@app.job` definition the attempt runs; None for the built-in job,
-        whose one call goes to `providers[held.provider]`."""
+        whose one call goes to `providers[held.provider]`. `threads` runs plain `def`
+        handlers and steps (None: the loop's default executor)."""
         self.held = held
         self._pool = pool
         self._job = job
@@ -88,6 +94,7 @@ class AttemptRunner:
         self._lease: Lease = leases.hold(held, self._inbox, claimed_at=claimed_at)
         self._spend = Spend()
         self._providers = providers
+        self._previous = previous = Previous(pool, held)
         self._outcome = OutcomeRecorder(
             pool,
             held,
@@ -95,10 +102,12 @@ class AttemptRunner:
             clock=clock,
             rng=rng,
             spend=self._spend,
+            previous=previous,
             lease=self._lease,
             produced=self._coalescer,
             write_success=write_success,
         )
+        running = Running()
         self._writes = writes = JobWrites(
             pool,
             held,
@@ -107,6 +116,7 @@ class AttemptRunner:
             pull=self._pull,
             inbox=self._inbox,
             outcome=self._outcome,
+            running=running,
         )
         self._llm = LLMCalls(
             providers,
@@ -114,9 +124,11 @@ class AttemptRunner:
             attempt=held.attempt,
             spend=self._spend,
             writes=writes,
+            previous=previous,
             max_cost_usd=held.spec.max_cost_usd,
         )
-        self._ctx = HandlerContext(held, self._llm, writes)
+        steps = Steps(pool, held, self._spend, self._inbox, writes, running, threads=threads)
+        self._ctx = HandlerContext(held, self._llm, writes, steps, previous, threads=threads)
         self._provider_stopped = False  # we cancelled the stream and it closed cleanly
         # The outcome write, shielded from cancellation; kept so that a worker that had to
         # cancel this runner can still wait for the write to land.
@@ -205,6 +217,7 @@ class AttemptRunner:
             self._lease.release()
             await self._stop(pump)
             self._writes.end()  # a handler still running in a thread can write nothing more
+            self._ctx.end()
             await pull.idle()  # its last write's answer, before settling reads the log
 
     async def _pump(self) -> None:
@@ -219,9 +232,13 @@ class AttemptRunner:
                 ending = StreamEnded(output)
         except ProviderError as exc:
             ending = StreamFailed(Failure.from_provider(exc))
-        except TimeoutError:
-            # A timeout of the provider's own making counts as the attempt's.
-            ending = self._timed_out()
+        except TimeoutError as exc:
+            # A timeout of the provider's own making counts as the attempt's; a job's own code
+            # that times out at something of its own raised an error like any other.
+            if self._job is None:
+                ending = self._timed_out()
+            else:
+                ending = StreamFailed(Failure.of_handler(exc))
         except Exception as exc:
             if self._job is None:
                 log.exception("provider_stream_crashed")

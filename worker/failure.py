@@ -6,7 +6,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from jobstream.errors import PermanentError, ProviderError, TransientError
+from jobstream.errors import OutputError, PermanentError, ProviderError, TransientError
 from jobstream.types import ErrorKind
 
 
@@ -63,6 +63,8 @@ class Failure:
             return cls("transient", "transient", exc.message, exc.retry_after_s)
         if isinstance(exc, PermanentError):
             return cls("permanent", exc.error_class, exc.message)
+        if isinstance(exc, OutputError):
+            return cls(exc.kind, exc.kind, exc.message)
         trace = "".join(traceback.format_exception(exc))
         return cls("error", type(exc).__name__, str(exc) or type(exc).__name__, trace=trace)
 

@@ -10,7 +10,11 @@ thread learns it is over.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -20,24 +24,58 @@ from jobstream.context import Context, SyncContext
 from jobstream.errors import InvalidOutput, PermanentError
 from jobstream.worker.job_writes import JobWrites
 from jobstream.worker.llm_calls import LLMCalls
+from jobstream.worker.previous import Previous
+from jobstream.worker.steps import Steps
 
 # A progress message longer than this is cut: it is a status line, not a log.
 PROGRESS_MESSAGE_MAX_CHARS = 1000
 
 
 class HandlerContext(Context):
-    def __init__(self, held: Claimed, llm: LLMCalls, writes: JobWrites) -> None:
+    def __init__(
+        self,
+        held: Claimed,
+        llm: LLMCalls,
+        writes: JobWrites,
+        steps: Steps,
+        previous: Previous,
+        *,
+        threads: Executor | None = None,
+    ) -> None:
         self.job_id = held.job_id
         self.tenant_id = held.tenant_id
         self.attempt = held.attempt
         self.llm = llm
         self.cancelled = asyncio.Event()
         self._writes = writes
+        self._steps = steps
+        self._previous = previous
+        self.threads = threads  # where plain `def` handlers and steps run
+        self.in_thread: SyncContext | None = None  # a plain handler's context, while it runs
+
+    @property
+    def previous_failure(self) -> dict[str, Any] | None:
+        return self._previous.failure
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self._writes.check_open()
+        return await self._steps.run(name, fn, args, kwargs)
+
+    def end(self) -> None:
+        """The attempt is over: a plain handler's call under way on the loop is cancelled (it
+        raises in its thread), and the context lets go of it."""
+        if self.in_thread is not None:
+            self.in_thread.cancel_calls()
+            self.in_thread = None
 
     @property
     def produced_text(self) -> bool:
         """The handler wrote text (by emit or a model call)."""
         return self._writes.produced_text
+
+    async def look_back(self) -> None:
+        """A retried attempt reads how the last one ended (previous_failure) before it runs."""
+        await self._previous.load()
 
     async def emit(self, text: str) -> None:
         if not isinstance(text, str):
@@ -68,11 +106,14 @@ async def run_definition(job: JobDefinition, held: Claimed, ctx: HandlerContext)
         # Validated at create: only a change of the model since then gets here, and no retry
         # of this code would fit it.
         raise PermanentError(f"the job's input no longer fits its model: {exc}") from exc
+    await ctx.look_back()
     if job.is_async:
         result = await job.handler(value, ctx)
     else:
         loop = asyncio.get_running_loop()
-        result = await asyncio.to_thread(job.handler, value, SyncContext(ctx, loop))
+        ctx.in_thread = sync = SyncContext(ctx, loop)
+        here = contextvars.copy_context()
+        result = await loop.run_in_executor(ctx.threads, here.run, job.handler, value, sync)
     if job.output is None:
         # The result is the text. A handler that wrote none and returned a string has that
         # string as its text (`return "done"`); after text was emitted, its `return` of the

@@ -22,6 +22,7 @@ from jobstream.sql import queries
 from jobstream.worker.coalescer import Coalescer
 from jobstream.worker.inbox import Inbox, LeaseLost
 from jobstream.worker.outcome import OutcomeRecorder
+from jobstream.worker.step_runs import Running
 from jobstream.worker.token_log import TokenLog
 from jobstream.worker.token_pull import TokenPull
 
@@ -37,6 +38,7 @@ class JobWrites:
         pull: TokenPull,
         inbox: Inbox,
         outcome: OutcomeRecorder,
+        running: Running,
     ) -> None:
         self._pool = pool
         self._held = held
@@ -45,6 +47,7 @@ class JobWrites:
         self._pull = pull
         self._inbox = inbox
         self._outcome = outcome
+        self._running = running  # the steps running, whose text takes their route
         # The runner's own writes (a log in doubt, a progress event) take turns, and while one
         # is under way the worker's writer takes none of this attempt's text.
         self.alone = asyncio.Lock()
@@ -65,7 +68,10 @@ class JobWrites:
         return self._coalescer.deltas > 0
 
     def produce(self, text: str) -> None:
-        """Text the job wrote: into the coalescer, and the writer told when it falls due."""
+        """Text the job wrote: into the coalescer, and the writer told when it falls due;
+        a step's is noted for its journal, and kept back while other steps run at once."""
+        if self._running.keeps(text):
+            return
         coalescer = self._coalescer
         idle = coalescer.due_at is None
         now = asyncio.get_running_loop().time()
@@ -76,6 +82,7 @@ class JobWrites:
         """A `progress` event, after every token emitted before it (the log keeps their order),
         fenced by the attempt's run token."""
         held = self._held
+        self._running.noted(data)
 
         async def append() -> None:
             async with self._pool.acquire() as conn:

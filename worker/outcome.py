@@ -25,6 +25,7 @@ from jobstream.worker.coalescer import Coalescer
 from jobstream.worker.failure import Failure
 from jobstream.worker.inbox import CancelRequested, Interrupted, StreamEnded, StreamFailed
 from jobstream.worker.lease import Lease
+from jobstream.worker.previous import Previous
 from jobstream.worker.spend import Spend
 
 # The attempt's logger: its settling line is one of its two status lines (with
@@ -91,6 +92,7 @@ class OutcomeRecorder:
         clock: Clock,
         rng: random.Random,
         spend: Spend,
+        previous: Previous,
         lease: Lease,
         produced: Coalescer,
         write_success: SuccessWriter | None = None,
@@ -101,6 +103,7 @@ class OutcomeRecorder:
         self._clock = clock
         self._rng = rng
         self._spend = spend
+        self._previous = previous
         self._lease = lease  # its deadline bounds how long a write retries
         self._produced = produced
         # The worker's group writer (worker/completions.py), or a statement of our own.
@@ -129,7 +132,11 @@ class OutcomeRecorder:
     async def _succeed(self, last_chunk: str, output: object) -> AttemptResult:
         usage = self._spend.total()
         text = self._produced.output
-        success = attempts.Success(self._held, text, usage, last_chunk, output)
+        # Steps journaled by earlier attempts and replayed here are part of the result: the
+        # tenant pays for them once, now (their attempts' rows already record their cost).
+        replayed = self._spend.replayed_usd
+        charge = usage.cost_usd + replayed if replayed else None
+        success = attempts.Success(self._held, text, usage, last_chunk, output, charge)
         await self.persist(lambda: self._write_success(success))
         log.info("attempt_succeeded", status="succeeded", **_usage_fields(usage))
         return "succeeded"
@@ -144,6 +151,7 @@ class OutcomeRecorder:
             attempt=held.counted_attempts,
             backoff=retry.Backoff(self._settings.backoff_base_s, self._settings.backoff_max_s),
             rng=self._rng,
+            output_retry_left=await self._output_retry_left(failure.kind),
         )
         if failure.kind == "rate_limited":
             # Every worker backs off, for as long as the provider asked, or when it did not say,
@@ -168,6 +176,7 @@ class OutcomeRecorder:
                 retry_in_s=decision.delay_s,
                 clock=self._clock,
                 trace=failure.trace,
+                counted=decision.counted,
             )
         )
         log.info(
@@ -180,6 +189,20 @@ class OutcomeRecorder:
             **_usage_fields(usage),
         )
         return _RESULT_OF_ACTION[decision.action]
+
+    async def _output_retry_left(self, kind: str) -> bool:
+        """An output kind's budget has a try left: invalid_output_retries for an invalid
+        answer, one for a truncated one. Other kinds: no budget of their own."""
+        if kind == "invalid_output":
+            budget = self._held.spec.invalid_output_retries
+        elif kind == "output_truncated":
+            budget = 1
+        else:
+            return False
+        try:
+            return await self._previous.count(kind) < budget
+        except db.DISCONNECTS:
+            return False  # the budget unknown: fail rather than retry past it
 
     async def _pause_provider(self, provider: str, seconds: float) -> None:
         # Before the requeue's NOTIFY wakes other workers, so that they see the pause.

@@ -46,6 +46,9 @@ class Decision:
     outcome: FailedOutcome
     # Seconds until the retry may run; 0 unless action is "retry".
     delay_s: float
+    # Counts against max_attempts: not a retry of the output kinds, which have budgets of their
+    # own (the attempt ran; its answer was unusable).
+    counted: bool = True
 
 
 def outcome_of(kind: ErrorKind) -> FailedOutcome:
@@ -61,16 +64,24 @@ def decide(
     attempt: int,
     backoff: Backoff,
     rng: random.Random,
+    output_retry_left: bool = False,
 ) -> Decision:
     """The fate of a job whose attempt failed with an error of `kind`.
 
     `attempt` is the counted attempt number (handed-back attempts excluded) and drives the
     backoff; `exhausted` says no counted attempt is left. `retry_after_s` (a provider's
-    Retry-After, on a 429 or a 503) is a floor under the jittered delay.
+    Retry-After, on a 429 or a 503) is a floor under the jittered delay. `output_retry_left`
+    says the budget of an output kind (invalid_output, output_truncated) has a try left.
     """
     outcome = outcome_of(kind)
     match kind:
-        case "permanent":
+        case "permanent" | "refused":
+            return Decision("fail", outcome, 0.0)
+        case "invalid_output" | "output_truncated":
+            # At once, and beside max_attempts: the next try is asked differently (the errors
+            # appended, or a larger limit), not later.
+            if output_retry_left:
+                return Decision("retry", outcome, 0.0, counted=False)
             return Decision("fail", outcome, 0.0)
         case "unknown" if not retry_unknown:
             # The provider may have done the work: running it again could do it twice.

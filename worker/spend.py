@@ -38,16 +38,21 @@ class Call:
 class Spend:
     finished: list[Usage] = field(default_factory=list)
     open: list[Call] = field(default_factory=list)
+    # What the journaled steps this attempt replayed cost when they ran (worker/steps.py): not
+    # this attempt's cost, but part of what its result is charged.
+    replayed_usd: Decimal = Decimal(0)
 
     def begin(self, provider: Provider, request: ProviderRequest) -> Call:
         call = Call(provider, request)
         self.open.append(call)
         return call
 
-    def end(self, call: Call) -> None:
-        """The call's stream ended whole."""
+    def end(self, call: Call) -> Usage:
+        """The call's stream ended whole; what it used."""
         self.open.remove(call)
-        self.finished.append(call.usage or call.estimate())
+        usage = call.usage or call.estimate()
+        self.finished.append(usage)
+        return usage
 
     @property
     def request_sent(self) -> bool:
@@ -80,6 +85,13 @@ class Spend:
             cost_known=all(p.cost_known for p in parts),
         )
 
-    @property
-    def cost_usd(self) -> Decimal:
-        return self.total().cost_usd
+    def committed_usd(self) -> Decimal:
+        """The most the attempt's calls can have cost once the open ones end: the finished
+        ones' cost, and each open one's reported cost or its price at its token limit."""
+        cost = sum((usage.cost_usd for usage in self.finished), Decimal(0))
+        for call in self.open:
+            if call.usage is not None:
+                cost += call.usage.cost_usd
+            else:
+                cost += call.provider.estimate_cost(call.request, call.request.max_tokens)
+        return cost

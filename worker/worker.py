@@ -15,6 +15,7 @@ import socket
 import uuid
 from collections import Counter
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 import asyncpg
 import structlog
@@ -70,6 +71,11 @@ class Worker:
         self._jobs = dict((app if app is not None else load_app(settings.app)).jobs)
         # The names this worker claims: a job of any other name waits for a worker that has it.
         self.job_names = [BUILT_IN_JOB, *sorted(self._jobs)]
+        # Plain `def` handlers and steps run here: a thread for every slot, so none waits for
+        # one with its time limit running (the loop's default pool has min(32, CPUs + 4)).
+        self._threads = ThreadPoolExecutor(
+            max_workers=settings.worker_concurrency, thread_name_prefix="jobstream-job"
+        )
         self.worker_id = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self._running: dict[tuple[uuid.UUID, int], Running] = {}
         self._wake = asyncio.Event()
@@ -199,6 +205,9 @@ class Worker:
                     await self._pool.close()
                 if self._owns_providers:
                     await close_providers(self._providers)
+                # A handler's thread still running past the hand-back is left to finish; its
+                # writes are refused (its attempt ended).
+                self._threads.shutdown(wait=False, cancel_futures=True)
                 log.info("worker_stopped", results=dict(self.results))
 
     async def _claim_loop(self, pool: asyncpg.Pool) -> None:
@@ -308,6 +317,7 @@ class Worker:
             write_success=self._completions.accept if self._completions else None,
             token_writes=self._token_writes,
             job=self._jobs.get(held.job_name),
+            threads=self._threads,
         )
         key = (held.job_id, held.attempt)
         # The attempt's log lines carry its job, attempt and run token: set in the context the

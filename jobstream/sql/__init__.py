@@ -34,6 +34,9 @@ class Queries:
     CONFIRM_CANCEL: str
     FINISH_ATTEMPT: str
     EARLIER_ATTEMPTS_COST: str
+    JOURNAL_STEP: str
+    JOB_STEPS: str
+    PREVIOUS_ATTEMPTS: str
     # claiming.sql
     CLAIM_JOBS: str
     PAUSE_PROVIDER: str

@@ -6,7 +6,8 @@
 -- name: SUCCEED_ATTEMPTS
 -- Accept attempts' results, one or many (a worker's successes of one tick), in one statement and
 -- one commit: fenced on each run token, it ends each job, closes its attempt, appends its last
--- events (the final token chunk if any, `usage`, `done`), charges the accepted price once and
+-- events (the final token chunk if any, `usage`, `done`), charges the accepted price once (the
+-- attempt's cost, or `charge`: that and the cost of the journaled steps it replayed) and
 -- frees the reservation on the tenant's ledger (ledger.sql), and writes the webhook outbox row;
 -- the followers' NOTIFY follows the commit (NOTIFY_EVENTS says why). Every CTE acts only
 -- through `done`: a fenced-out attempt changes nothing, the others still land, and the rows
@@ -27,20 +28,23 @@ WITH input AS (
     SELECT *, 2 + (i.last_chunk <> '')::int AS n_events
       FROM jsonb_to_recordset($1::jsonb)
              AS i (job_id uuid, run_token uuid, result jsonb, attempt int, input_tokens int,
-                   output_tokens int, cost numeric, cost_known boolean, last_chunk text)
+                   output_tokens int, cost numeric, cost_known boolean, last_chunk text,
+                   charge numeric)
 ), done AS (
     UPDATE jobs j
        SET status = 'succeeded', result = i.result,
            finished_at = coalesce($3::timestamptz, statement_timestamp()),
            updated_at = coalesce($3::timestamptz, statement_timestamp()),
-           lease_until = NULL, error = NULL, charged_usd = i.cost, reserved_usd = 0,
+           lease_until = NULL, error = NULL, charged_usd = coalesce(i.charge, i.cost),
+           reserved_usd = 0,
            last_seq = j.last_seq + i.n_events
       FROM input i, jobs old
      WHERE j.id = i.job_id AND j.run_token = i.run_token AND j.status = 'running'
        AND j.id = ANY($2::uuid[]) AND old.id = j.id
     RETURNING j.id, j.tenant_id, j.status, j.attempts, j.finished_at, j.result, j.error,
               j.webhook_url, j.last_seq, i.attempt, i.input_tokens, i.output_tokens, i.cost,
-              i.cost_known, i.last_chunk, old.reserved_usd AS held
+              i.cost_known, i.last_chunk, coalesce(i.charge, i.cost) AS charge,
+              old.reserved_usd AS held
 ), closed AS (
     UPDATE job_attempts a
        SET outcome = 'succeeded', finished_at = done.finished_at,
@@ -50,7 +54,7 @@ WITH input AS (
      -- No `outcome = 'running'` test: the job ran under this attempt's token, so its attempt
      -- is running; and with it the planner read every running attempt once per success.
      WHERE a.job_id = done.id AND a.attempt = done.attempt
-    RETURNING a.provider, a.cost_usd, a.cost_known, done.last_seq,
+    RETURNING a.provider, a.cost_usd, a.cost_known, done.last_seq, done.charge,
               extract(epoch FROM a.finished_at - a.started_at)::float8 AS run_s
 ), logged AS (
     INSERT INTO job_events (job_id, seq, attempt, type, data)
@@ -66,7 +70,7 @@ WITH input AS (
 ), charged AS (
     -- One row per tenant, in tenant order, as every writer of the ledger (ledger.sql).
     INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd, spent_usd)
-    SELECT tenant_id, pg_backend_pid() % 16, -sum(held), sum(cost)
+    SELECT tenant_id, pg_backend_pid() % 16, -sum(held), sum(charge)
       FROM done
      GROUP BY tenant_id
      ORDER BY tenant_id
@@ -82,7 +86,7 @@ WITH input AS (
 ), counted AS (
     INSERT INTO metric_totals AS m (backend, provider, jobs_accepted, charged_usd, succeeded,
                                     cost_usd, cost_unknown, events_ended, run_counts, run_s)
-    SELECT pg_backend_pid(), provider, count(*), coalesce(sum(cost_usd), 0), count(*),
+    SELECT pg_backend_pid(), provider, count(*), coalesce(sum(charge), 0), count(*),
            coalesce(sum(cost_usd), 0), count(*) FILTER (WHERE NOT cost_known), sum(last_seq),
            -- run_counts: how many at or under each bound of DURATION_BUCKETS (jobstream/types.py),
            -- written out: duration_counts (schema.sql) would sort the batch, which costs more.
@@ -155,7 +159,9 @@ WITH ended AS (
     UPDATE job_attempts
        SET outcome = $3, finished_at = coalesce($11::timestamptz, statement_timestamp()),
            error_class = $4, error_detail = $5,
-           input_tokens = $6, output_tokens = $7, cost_usd = $8, cost_known = $9,
+           -- The reaper passes NULLs: a lost attempt keeps what its journaled steps recorded.
+           input_tokens = coalesce($6, input_tokens), output_tokens = coalesce($7, output_tokens),
+           cost_usd = coalesce($8, cost_usd), cost_known = $9,
            cancel_confirmed = $10, error_trace = $12
      WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
     RETURNING provider, outcome, cost_usd, cost_known,
@@ -187,3 +193,44 @@ ON CONFLICT (backend, provider) DO UPDATE
 -- What a job's earlier attempts cost ($1 the job, $2 this attempt): a job with max_cost_usd
 -- counts it against its cap before its first call of this attempt (worker/spend.py).
 SELECT coalesce(sum(cost_usd), 0) FROM job_attempts WHERE job_id = $1 AND attempt < $2
+
+-- name: JOURNAL_STEP
+-- A step of the job's own code, journaled once per job (worker/steps.py): $1 job, $2 run token,
+-- $3 step, $4 attempt, $5 its result, $6 its output items, $7-$10 what its calls used and cost.
+-- Fenced: only while the attempt holds the job, whose row it locks (FOR SHARE: a reaper or a
+-- cancel that moves the job on waits, or has moved it and the row no longer matches). A step
+-- already journaled (by a concurrent zombie) keeps its first row. Its cost goes into the
+-- attempt's row too, so an attempt lost to a crash still records what its finished steps cost
+-- (FINISH_ATTEMPT keeps it); the attempt's end writes its whole cost over it.
+WITH held AS (
+    SELECT id FROM jobs
+     WHERE id = $1 AND run_token = $2 AND status IN ('running', 'cancelling')
+       FOR SHARE
+), journaled AS (
+    INSERT INTO job_steps (job_id, step, attempt, run_token, result, output, input_tokens,
+                           output_tokens, cost_usd, cost_known)
+    SELECT $1, $3, $4, $2, $5, $6, $7, $8, $9, $10 FROM held
+    ON CONFLICT (job_id, step) DO NOTHING
+    RETURNING job_id
+), costed AS (
+    UPDATE job_attempts
+       SET input_tokens = coalesce(input_tokens, 0) + $7,
+           output_tokens = coalesce(output_tokens, 0) + $8,
+           cost_usd = coalesce(cost_usd, 0) + $9
+     WHERE job_id = $1 AND attempt = $4 AND EXISTS (SELECT FROM journaled)
+)
+SELECT (SELECT count(*) FROM held) AS held, (SELECT count(*) FROM journaled) AS journaled
+
+-- name: JOB_STEPS
+-- Every journaled step of a job, for an attempt that replays them (worker/steps.py).
+SELECT step, result, output, input_tokens, output_tokens, cost_usd, cost_known
+  FROM job_steps
+ WHERE job_id = $1
+
+-- name: PREVIOUS_ATTEMPTS
+-- A retried attempt's look back (worker/handlers.py): how each earlier attempt ended, for
+-- ctx.previous_failure and the output error kinds' own retry budgets.
+SELECT attempt, outcome, error_class, error_detail
+  FROM job_attempts
+ WHERE job_id = $1 AND attempt < $2
+ ORDER BY attempt

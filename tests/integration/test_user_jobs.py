@@ -257,7 +257,7 @@ async def _async(value: Any) -> Any:
         ("transient", 1, "succeeded", 2, None),
         ("error", 99, "dead", 3, "KeyError"),
         ("permanent", 99, "failed", 1, "permanent"),
-        ("bad_output", 99, "failed", 1, "invalid_output"),
+        ("bad_output", 99, "failed", 3, "invalid_output"),  # 1 + invalid_output_retries
     ],
 )
 async def test_each_kind_of_failure_follows_its_rule(
@@ -317,12 +317,14 @@ async def test_the_api_describes_each_job_with_its_models_schemas(api: httpx.Asy
     assert types["pipeline"]["description"].startswith("Three model calls")
     document = (await api.get("/openapi.json")).json()
     schemas = document["components"]["schemas"]
-    assert schemas["CountWordsInput"]["properties"]["text"]["minLength"] == 1
-    assert schemas["CountWordsOutput"]["required"] == ["words", "first"]
+    assert schemas["Job.count_words.Input"]["properties"]["text"]["minLength"] == 1
+    assert schemas["Job.count_words.Output"]["required"] == ["words", "first"]
     create = document["paths"]["/api/jobs"]["post"]["requestBody"]["content"]["application/json"]
     refs = [variant["$ref"].rsplit("/", 1)[1] for variant in create["schema"]["oneOf"]]
-    assert refs[0] == "JobCreate" and "PipelineJobCreate" in refs
-    assert schemas["PipelineJobCreate"]["properties"]["input"]["$ref"].endswith("/PipelineInput")
+    assert refs[0] == "JobCreate" and "Job.pipeline.Create" in refs
+    pipeline = schemas["Job.pipeline.Create"]["properties"]
+    assert pipeline["input"]["$ref"].endswith("/Job.pipeline.Input")
+    assert pipeline["timeout_s"]["default"] == 60  # the decorator's, not the built-in job's
 
 
 async def test_max_cost_is_reserved_at_create_and_a_budget_too_small_refuses_it(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -162,3 +162,55 @@ async def two_calls(asked: Counted2, ctx: jobstream.Context) -> None:
         await ctx.llm.stream(
             prompt="count", provider="simulated", max_tokens=part, simulate=simulate
         )
+
+
+@app.job("three_steps", input=Topic, max_attempts=3, timeout_s=60)
+async def three_steps(topic: Topic, ctx: jobstream.Context) -> None:
+    """Three model calls, each a durable step fed the last one's answer."""
+    options = {"provider": topic.provider, "max_tokens": topic.max_tokens}
+    first = await ctx.step("first", ctx.llm.stream, prompt=f"first {topic.topic}", **options)
+    await ctx.progress(1 / 3, "first done")
+    second = await ctx.step("second", ctx.llm.stream, prompt=f"second {first}", **options)
+    await ctx.progress(2 / 3, "second done")
+    await ctx.step("third", ctx.llm.stream, prompt=f"third {second}", **options)
+
+
+class Answers(BaseModel):
+    answers: dict[str, str]
+
+
+@app.job("fan_out", input=Topic, output=Answers, max_attempts=3, timeout_s=60)
+async def fan_out(topic: Topic, ctx: jobstream.Context) -> Answers:
+    """Three model calls at once, each a durable step of its own."""
+    options = {"provider": topic.provider, "max_tokens": topic.max_tokens}
+    names = ("north", "east", "south")
+    answers = await asyncio.gather(
+        *(ctx.step(n, ctx.llm.stream, prompt=f"{n} {topic.topic}", **options) for n in names)
+    )
+    return Answers(answers=dict(zip(names, answers, strict=True)))
+
+
+class Rated(BaseModel):
+    title: str
+    score: int = Field(ge=1, le=5)
+    tags: list[str]
+
+
+@app.job("rate", input=Topic, output=Rated, max_attempts=3, timeout_s=60)
+async def rate(topic: Topic, ctx: jobstream.Context) -> Rated:
+    """A structured answer: ctx.llm.parse, after a step of its own."""
+    seen["previous_failures"].append(ctx.previous_failure)
+    notes = await ctx.step("notes", notes_of, topic.topic)
+    return await ctx.llm.parse(
+        Rated, prompt=f"rate {topic.topic} {notes}", provider=topic.provider, max_tokens=64
+    )
+
+
+def notes_of(topic: str) -> str:
+    """A plain function as a step (it runs in a thread)."""
+    seen["notes_runs"].append(topic)
+    return f"notes on {topic}"
+
+
+# What the structured job's runs met, for its tests (one test at a time uses it).
+seen: dict[str, list[Any]] = {"previous_failures": [], "notes_runs": []}

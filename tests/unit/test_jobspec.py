@@ -14,7 +14,7 @@ from jobstream.jobspec import DEFAULT_TIMEOUT_S, AttemptSpec, JobSpec
 def version_1_hash(spec: JobSpec) -> str:
     """How version 1 hashed a request: every field it had, keys sorted."""
     since = ("run_at", "delay_s", "messages", "instructions", "temperature", "top_p", "retain_s",
-             "job", "input", "max_cost_usd")  # fmt: skip
+             "job", "input", "max_cost_usd", "invalid_output_retries")  # fmt: skip
     fields = {k: v for k, v in asdict(spec).items() if k not in since}
     return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
 

@@ -41,6 +41,15 @@ class Prompt(Protocol):
     def instructions(self) -> str | None: ...
 
 
+class Finish:
+    """Set by a provider as its answer ends: why the model stopped (`stop`, `length` at the
+    token limit, `content_filter`, `refusal`...), and a refusal's text when it sent one."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.refusal: str | None = None
+
+
 @dataclass(frozen=True)
 class ProviderRequest:
     prompt: str
@@ -55,6 +64,9 @@ class ProviderRequest:
     messages: list[Message] | None = None
     instructions: str | None = None
     sampling: dict[str, float] = field(default_factory=dict)
+    # Structured output: {"name", "schema", "strict"} (OpenAI's json_schema response format).
+    json_schema: dict[str, Any] | None = None
+    finish: Finish = field(default_factory=Finish)
 
     def chat(self) -> list[Message]:
         """The conversation as a chat model is sent it."""

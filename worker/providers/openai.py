@@ -153,6 +153,7 @@ class OpenAIProvider:
                     "max_tokens": request.max_tokens,
                     "stream": True,
                     "stream_options": {"include_usage": True},
+                    **_response_format(request),
                 }
             ),
             headers=self._headers(),
@@ -197,6 +198,7 @@ class OpenAIProvider:
         lines = cast(AsyncGenerator[str, None], response.aiter_lines())
         decoder = _SseDecoder()
         text_parts: list[str] = []
+        refusal: list[str] = []
         usage: tuple[int, int] | None = None
         finished = False
         got_text = False
@@ -223,6 +225,11 @@ class OpenAIProvider:
                     chunk = self._parse_chunk(data)
                     usage = chunk.usage or usage
                     finished = finished or chunk.finish_reason is not None
+                    if chunk.finish_reason is not None:
+                        request.finish.reason = chunk.finish_reason
+                    if chunk.refusal:
+                        refusal.append(chunk.refusal)
+                        got_text = True
                     if chunk.text:
                         got_text = True
                         text_parts.append(chunk.text)
@@ -235,6 +242,8 @@ class OpenAIProvider:
         # proves the answer complete. Without either we cannot tell what was produced.
         if not finished and usage is None:
             raise self._failed(classify.from_stream_fault("ended_early"))
+        if refusal:
+            request.finish.refusal = "".join(refusal)
         yield self._usage(request, usage, "".join(text_parts))
 
     def _parse_chunk(self, data: str) -> _Chunk:
@@ -331,6 +340,7 @@ class _Chunk:
     text: str
     usage: tuple[int, int] | None  # (prompt_tokens, completion_tokens)
     finish_reason: str | None
+    refusal: str = ""  # structured output's refusal text, instead of content
 
     @classmethod
     def parse(cls, data: str) -> _Chunk:
@@ -342,28 +352,38 @@ class _Chunk:
             raise _MalformedChunk("not a JSON object")
         if "error" in chunk or chunk.get("object") == "error":
             raise _ErrorChunk(chunk)
-        text, finish_reason = _first_choice(chunk.get("choices"))
-        return cls(text, _usage_counts(chunk.get("usage")), finish_reason)
+        text, finish_reason, refusal = _first_choice(chunk.get("choices"))
+        return cls(text, _usage_counts(chunk.get("usage")), finish_reason, refusal)
 
 
-def _first_choice(choices: object) -> tuple[str, str | None]:
+def _first_choice(choices: object) -> tuple[str, str | None, str]:
+    """Choice 0's text, finish reason and refusal text."""
     if choices is None or choices == []:
-        return "", None  # the usage chunk has no choices
+        return "", None, ""  # the usage chunk has no choices
     if not isinstance(choices, list) or not isinstance(choices[0], dict):
         raise _MalformedChunk("choices is not a list of objects")
     reason = choices[0].get("finish_reason")
     finish_reason = reason if isinstance(reason, str) else None
     delta = choices[0].get("delta")
     if delta is None:
-        return "", finish_reason
+        return "", finish_reason, ""
     if not isinstance(delta, dict):
         raise _MalformedChunk("delta is not an object")
+    refusal = delta.get("refusal")
+    refused = refusal if isinstance(refusal, str) else ""
     content = delta.get("content")
     if content is None:
-        return "", finish_reason  # role-only, tool-call or refusal deltas carry no text
+        return "", finish_reason, refused  # role-only and tool-call deltas carry no text
     if not isinstance(content, str):
         raise _MalformedChunk("delta.content is not a string")
-    return content, finish_reason
+    return content, finish_reason, refused
+
+
+def _response_format(request: ProviderRequest) -> dict[str, Any]:
+    """Structured output, where the request asks for it (OpenAI's json_schema format)."""
+    if request.json_schema is None:
+        return {}
+    return {"response_format": {"type": "json_schema", "json_schema": request.json_schema}}
 
 
 def _usage_counts(usage: object) -> tuple[int, int] | None:

@@ -19,9 +19,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final, Literal, TypeVar, cast, get_args
 
+import orjson
+
 from jobstream.errors import ProviderError
 from jobstream.usage import Usage
 from jobstream.worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
+from jobstream.worker.providers.json_sample import sample
 from jobstream.worker.providers.pacer import Pacer
 
 FaultKind = Literal["transient", "rate_limited", "permanent", "timeout", "drop"]
@@ -191,6 +194,14 @@ def _fault_error(fault: Fault, produced: int) -> ProviderError:
             raise AssertionError("a timeout fault hangs (see stream); it raises nothing")
 
 
+def _structured(request: ProviderRequest) -> list[str]:
+    """The structured answer to `request`, in pieces of about four characters (a token)."""
+    assert request.json_schema is not None
+    seed = zlib.crc32(request.chat()[-1]["content"].encode())
+    text = orjson.dumps(sample(request.json_schema["schema"], seed)).decode()
+    return [text[i : i + 4] for i in range(0, len(text), 4)]
+
+
 # A stream behind its schedule yields the tokens already due without pausing, as a real
 # provider's buffered bytes arrive together; every this many, it still lets the loop run.
 CATCH_UP_TOKENS = 16
@@ -225,10 +236,14 @@ class SimulatedProvider:
             ) from exc
         fault = sim.fault_for(request.attempt)
         request.send_mark.mark()  # the simulated request is "sent" as soon as it is valid
+        # Structured output: JSON that fits the schema, the same for the same prompt, in pieces
+        # of a few characters; cut off at max_tokens as a model at its limit is.
+        pieces = _structured(request) if request.json_schema is not None else None
+        tokens = sim.tokens if pieces is None else min(len(pieces), request.max_tokens)
         await self._pause(sim.first_token_delay_s)
         # A fault past the last token fires after all of them, before the usage: the stream
         # broke before its end marker.
-        fault_at = min(fault.after_tokens, sim.tokens) if fault else None
+        fault_at = min(fault.after_tokens, tokens) if fault else None
         interval = 1 / sim.tokens_per_second if sim.tokens_per_second > 0 else 0.0
         # Token i is due at i intervals after the first, whenever the loop gets to it: a real
         # provider generates at its own pace, and a worker short of CPU reads what piled up. A
@@ -236,14 +251,14 @@ class SimulatedProvider:
         # running 1,000 streams of 50 tokens/s produced 19,000 of the 50,000 tokens/s asked).
         clock = self._clock
         due = clock()
-        for index in range(sim.tokens + 1):
+        for index in range(tokens + 1):
             if index == fault_at and fault is not None:
                 if fault.kind == "timeout":
                     # Hang like a provider that stopped answering: only cancellation (the
                     # runner's per-attempt timeout, or a cancel) ends this.
                     await asyncio.get_running_loop().create_future()
                 raise _fault_error(fault, index)
-            if index == sim.tokens:
+            if index == tokens:
                 break
             if index > 0:
                 due += interval
@@ -252,11 +267,16 @@ class SimulatedProvider:
                     await self._sleep(wait)  # not through _pause: a frame less per token
                 elif interval == 0 or index % CATCH_UP_TOKENS == 0:
                     await asyncio.sleep(0)
-            yield self._delta(request, sim.pattern, index)
+            if pieces is not None:
+                yield TextDelta(pieces[index])
+            else:
+                yield self._delta(request, sim.pattern, index)
+        cut = pieces is not None and len(pieces) > request.max_tokens
+        request.finish.reason = "length" if cut else "stop"
         yield Usage(
             input_tokens=len(request.prompt.split()),
-            output_tokens=sim.tokens,
-            cost_usd=self._price_per_token * sim.tokens,
+            output_tokens=tokens,
+            cost_usd=self._price_per_token * tokens,
             cost_known=True,
         )
 

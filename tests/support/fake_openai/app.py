@@ -151,6 +151,8 @@ def parse_call(raw: bytes) -> Call | str:
             messages.append((str(message.get("role")), content))
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     options = body.get("stream_options")
+    response_format = body.get("response_format")
+    schema = response_format.get("json_schema") if isinstance(response_format, dict) else None
     return Call(
         model=str(body.get("model", "")),
         prompt="\n".join(parts),
@@ -158,4 +160,5 @@ def parse_call(raw: bytes) -> Call | str:
         include_usage=isinstance(options, dict) and options.get("include_usage") is True,
         messages=tuple(messages),
         sampling=tuple((k, body[k]) for k in ("temperature", "top_p") if k in body),
+        schema_name=schema.get("name") if isinstance(schema, dict) else None,
     )

@@ -34,6 +34,8 @@ class Call:
     include_usage: bool
     messages: tuple[tuple[str, str], ...]
     sampling: tuple[tuple[str, float], ...]
+    # The structured output's schema name, when the request asked for json_schema output.
+    schema_name: str | None = None
 
 
 @dataclass
@@ -56,6 +58,7 @@ class RequestRecord:
     ended_at: float | None = None  # ...and when it stopped counting it as in flight
     messages: tuple[tuple[str, str], ...] = ()  # (role, text) as sent
     sampling: tuple[tuple[str, float], ...] = ()  # temperature and top_p, where sent
+    schema_name: str | None = None  # response_format's json_schema name, where asked
 
     @property
     def billed_prompt_tokens(self) -> int:

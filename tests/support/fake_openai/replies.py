@@ -33,6 +33,11 @@ class Reply:
     # Script: how many requests this reply serves (None: 1). Marker: the first N requests with
     # this prompt misbehave, later ones get a normal stream (None: all of them).
     times: int | None = None
+    # The answer's exact text (in tokens of four characters) instead of the prompt's words, and
+    # a finish reason instead of stop/length; a refusal is sent as refusal deltas instead.
+    content: str | None = None
+    finish_reason: str | None = None
+    refusal: str | None = None
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, object]) -> Reply:

@@ -33,7 +33,11 @@ class StreamWriter:
 
     async def run(self) -> Outcome:
         reply, call = self._reply, self._call
-        planned = reply.tokens
+        scripted = reply.refusal if reply.refusal is not None else reply.content
+        pieces = (
+            None if scripted is None else [scripted[i : i + 4] for i in range(0, len(scripted), 4)]
+        )
+        planned = reply.tokens if pieces is None else len(pieces)
         if planned is None:
             planned = min(call.max_tokens or DEFAULT_TOKENS, DEFAULT_TOKENS)
         # A fault set past the end happens after the last token, before the finish chunk.
@@ -59,10 +63,16 @@ class StreamWriter:
                 await self._chunk({"role": "assistant", "content": ""})
             elif reply.token_delay_s:
                 await asyncio.sleep(reply.token_delay_s)
-            await self._chunk({"content": token_text(call.prompt, index)})
+            if pieces is None:
+                await self._chunk({"content": token_text(call.prompt, index)})
+            elif reply.refusal is not None:
+                await self._chunk({"refusal": pieces[index]})
+            else:
+                await self._chunk({"content": pieces[index]})
             self._recorder.sent_token(self._record)
         hit_limit = call.max_tokens is not None and planned >= call.max_tokens
-        await self._chunk({}, finish_reason="length" if hit_limit else "stop")
+        finish = reply.finish_reason or ("length" if hit_limit else "stop")
+        await self._chunk({}, finish_reason=finish)
         if call.include_usage and reply.usage:
             usage = {
                 "prompt_tokens": self._record.prompt_tokens,

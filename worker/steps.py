@@ -1,0 +1,167 @@
+"""Durable steps: `ctx.step(name, fn, ...)` runs `fn` at most once per job to completion.
+
+A step that finishes is journaled in `job_steps` (JOURNAL_STEP: fenced by the run token, one
+round trip) with its result as JSON, what it wrote to the log in order (text and progress) and
+what its model calls cost. A later attempt loads the journal once, at its first step, and a
+journaled step is replayed: its text and progress are written into the new attempt's log (every
+attempt's text is whole), its result comes back without `fn` running, and its cost counts in the
+result's charge (worker/spend.py), not in this attempt's.
+
+Text a step writes streams live while it is the only step running; while several run at once
+(`asyncio.gather` of steps), each keeps its text back and writes it whole when it ends, so the
+log holds each step's text in one piece.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import typing
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+from pydantic import TypeAdapter
+from pydantic_core import to_jsonable_python
+
+from jobstream.claims import Claimed
+from jobstream.errors import Fenced
+from jobstream.sql import queries
+from jobstream.usage import Usage
+from jobstream.worker.inbox import Inbox, LeaseLost
+from jobstream.worker.job_writes import JobWrites
+from jobstream.worker.spend import Spend
+from jobstream.worker.step_runs import CURRENT, Running, StepRun
+
+
+@dataclass(frozen=True)
+class Journaled:
+    result: Any
+    output: list[dict[str, Any]]
+    cost_usd: Decimal
+
+
+class Steps:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        held: Claimed,
+        spend: Spend,
+        inbox: Inbox,
+        writes: JobWrites,
+        running: Running,
+        *,
+        threads: Executor | None = None,
+    ) -> None:
+        self._pool = pool
+        self._held = held
+        self._spend = spend
+        self._inbox = inbox
+        self._writes = writes
+        self._running = running
+        self._threads = threads
+        self._journal: dict[str, Journaled] | None = None
+        self._loading: asyncio.Future[dict[str, Journaled]] | None = None
+        self._seen: dict[str, int] = {}  # names used so far in this run
+
+    async def run(self, name: str, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        if not isinstance(name, str) or not name:
+            raise ValueError("ctx.step: the name must be a non-empty string")
+        if CURRENT.get() is not None:
+            # A step inside a step is part of the outer one, whose journal holds it all.
+            return await self._call(fn, args, kwargs)
+        key = self._key(name)  # before any await: the order of calls names them
+        journaled = (await self._load()).get(key)
+        if journaled is not None:
+            return await self._replay(journaled, fn)
+        run = StepRun(key)
+        self._running.runs.append(run)
+        token = CURRENT.set(run)
+        try:
+            result = await self._call(fn, args, kwargs)
+        finally:
+            CURRENT.reset(token)
+            for text in self._running.end(run):
+                self._writes.produce(text)
+        await self._write(run, to_jsonable_python(result))
+        return result
+
+    def _key(self, name: str) -> str:
+        n = self._seen.get(name, 0)
+        self._seen[name] = n + 1
+        return name if n == 0 else f"{name}#{n}"
+
+    async def _call(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args, **kwargs)
+        loop = asyncio.get_running_loop()
+        here = contextvars.copy_context()  # the step, for what the thread writes
+        result = await loop.run_in_executor(self._threads, lambda: here.run(fn, *args, **kwargs))
+        if inspect.isawaitable(result):
+            # `lambda: ctx.llm.stream(...)`: a plain function that returns a coroutine.
+            return await result
+        return result
+
+    async def _load(self) -> dict[str, Journaled]:
+        """The job's journal, read once per attempt (steps started at once share the read)."""
+        if self._journal is not None:
+            return self._journal
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._read())
+        self._journal = await asyncio.shield(self._loading)
+        return self._journal
+
+    async def _read(self) -> dict[str, Journaled]:
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(queries.JOB_STEPS, self._held.job_id)
+        return {r["step"]: Journaled(r["result"], r["output"], r["cost_usd"]) for r in rows}
+
+    async def _replay(self, journaled: Journaled, fn: Callable[..., Any]) -> Any:
+        for item in journaled.output:
+            if "text" in item:
+                self._writes.produce(item["text"])
+            else:
+                await self._writes.progress(item["progress"])
+        self._spend.replayed_usd += journaled.cost_usd
+        returns = _return_type(fn)
+        if returns is None:
+            return journaled.result
+        return TypeAdapter(returns).validate_python(journaled.result)
+
+    async def _write(self, run: StepRun, result: Any) -> None:
+        usage = _sum(run.usages)
+        held = self._held
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(
+                queries.JOURNAL_STEP, held.job_id, held.run_token, run.key, held.attempt, result,
+                run.output, usage.input_tokens, usage.output_tokens, usage.cost_usd,
+                usage.cost_known,
+            )  # fmt: skip
+        if row is None or not row["held"]:
+            self._inbox.put_nowait(LeaseLost("a step's journal was refused: the job moved on"))
+            raise Fenced(f"job {held.job_id}: step {run.key!r} not journaled, job moved on")
+
+
+def _return_type(fn: Callable[..., Any]) -> Any:
+    """What `fn` says it returns, to rebuild a replayed result (a pydantic model, say)."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        return None
+    returns = hints.get("return")
+    if returns in (None, type(None), Any):
+        return None
+    return returns
+
+
+def _sum(usages: list[Usage]) -> Usage:
+    return Usage(
+        input_tokens=sum(u.input_tokens for u in usages),
+        output_tokens=sum(u.output_tokens for u in usages),
+        cost_usd=sum((u.cost_usd for u in usages), Decimal(0)),
+        cost_known=all(u.cost_known for u in usages),
+    )
