@@ -23,6 +23,21 @@ export async function request(path, { method = "GET", body, headers = {}, signal
   return { status: response.status, data };
 }
 
+// The server's job types (GET /api/job-types) by name, in its order, asked for once: the form
+// builds its picker from them, the job view orders and names a job's fields by their schemas.
+// Empty when they cannot be read (an older server, or none reachable: asked again next time).
+let jobTypesRequest = null;
+export function jobTypes() {
+  jobTypesRequest ||= request("/api/job-types").then(
+    ({ data }) => new Map((data.jobs || []).map((job) => [job.name, job])),
+    () => {
+      jobTypesRequest = null;
+      return new Map();
+    },
+  );
+  return jobTypesRequest;
+}
+
 export const getJob = (id, signal) =>
   request(`/api/jobs/${encodeURIComponent(id)}`, { signal }).then((r) => r.data);
 

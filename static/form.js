@@ -1,7 +1,12 @@
 // The new-job form: builds the request body, submits it idempotently, shows problem+json errors
-// next to the fields they name.
+// next to the fields they name. When the server has jobs of its own (GET /api/job-types), a
+// picker above chooses the job: the built-in one keeps the prompt form, any other gets fields
+// built from its input schema (schema_form.js).
 
-import { ApiError, newKey, request } from "./api.js";
+import { ApiError, jobTypes, newKey, request } from "./api.js";
+import { buildFields, readInput } from "./schema_form.js";
+
+const BUILT_IN = "llm";
 
 export class NewJobForm {
   constructor(form, onCreated) {
@@ -11,6 +16,10 @@ export class NewJobForm {
     this.note = form.querySelector("#submit-note");
     this.button = form.querySelector("#submit");
     this.simulate = form.querySelector("#simulate");
+    this.picker = form.querySelector("#job-select");
+    this.inputBox = form.querySelector("#job-input-fields");
+    this.jobs = new Map();
+    this.inputFields = null; // the chosen named job's fields; null: the built-in job
     // A retried submission of the same body reuses its key: a lost reply never makes two jobs.
     this.pending = null;
     form.elements.provider.addEventListener("change", () => this.syncProvider());
@@ -19,6 +28,35 @@ export class NewJobForm {
       this.submit();
     });
     this.syncProvider();
+    this.picker.addEventListener("change", () => this.showJob());
+    this.loadJobTypes();
+  }
+
+  // Only a server with jobs besides the built-in one gets a picker: otherwise (or when the
+  // list cannot be read) the form stays the prompt form alone.
+  async loadJobTypes() {
+    this.jobs = await jobTypes();
+    if (![...this.jobs.keys()].some((name) => name !== BUILT_IN)) return;
+    this.picker.replaceChildren(...[...this.jobs.keys()].map((name) => new Option(name, name)));
+    this.picker.value = BUILT_IN; // what the form already shows
+    this.form.querySelector("#job-picker").hidden = false;
+  }
+
+  showJob() {
+    const job = this.jobs.get(this.picker.value);
+    const builtIn = !job || job.name === BUILT_IN;
+    // Hidden fields are disabled too: a hidden `required` prompt would block the submit.
+    for (const part of this.form.querySelectorAll("[data-job=llm]")) {
+      part.hidden = !builtIn;
+      for (const el of part.querySelectorAll("input, select, textarea")) el.disabled = !builtIn;
+    }
+    this.clearErrors();
+    this.inputFields = builtIn ? null : buildFields(this.inputBox, job.input_schema || {});
+    if (builtIn) this.inputBox.replaceChildren();
+    this.inputBox.hidden = builtIn;
+    this.form.querySelector("#job-description").textContent = (job && job.description) || "";
+    // Each job's own default; the built-in job's is the form's (3).
+    if (job && job.max_attempts) this.form.elements.max_attempts.value = String(job.max_attempts);
   }
 
   syncProvider() {
@@ -30,6 +68,17 @@ export class NewJobForm {
   body() {
     const f = this.form.elements;
     const int = (input) => Number.parseInt(input.value, 10);
+    if (this.inputFields) {
+      // A named job: its input, and the envelope fields the form has for any job.
+      const body = {
+        job: this.picker.value,
+        input: readInput(this.inputFields),
+        max_attempts: int(f.max_attempts),
+        retry_unknown: f.retry_unknown.checked,
+      };
+      if (f.delay_s.value !== "") body.delay_s = Number(f.delay_s.value);
+      return body;
+    }
     const body = {
       prompt: f.prompt.value,
       provider: f.provider.value,
@@ -70,7 +119,7 @@ export class NewJobForm {
       });
       this.pending = null;
       this.note.textContent = "";
-      this.onCreated(data, body.prompt);
+      this.onCreated(data, recentLabel(body));
     } catch (err) {
       this.note.textContent = "";
       this.showErrors(err);
@@ -85,7 +134,8 @@ export class NewJobForm {
     for (const el of this.form.querySelectorAll(".field-error")) el.remove();
     for (const el of this.form.querySelectorAll("[aria-invalid]")) {
       el.removeAttribute("aria-invalid");
-      el.removeAttribute("aria-describedby");
+      if (el.dataset.hint) el.setAttribute("aria-describedby", el.dataset.hint);
+      else el.removeAttribute("aria-describedby");
     }
   }
 
@@ -121,7 +171,7 @@ export class NewJobForm {
         p.textContent = message;
         input.closest(".field").append(p);
         input.setAttribute("aria-invalid", "true");
-        input.setAttribute("aria-describedby", id);
+        input.setAttribute("aria-describedby", [input.dataset.hint, id].filter(Boolean).join(" "));
       }
       first = first || input;
     }
@@ -137,4 +187,11 @@ export class NewJobForm {
       || fields.find((el) => field.startsWith(`${el.dataset.field}.`))
       || null;
   }
+}
+
+// What the recent list shows for a job: its prompt, or a named job's name and text inputs.
+function recentLabel(body) {
+  if (!body.job) return body.prompt;
+  const texts = Object.values(body.input).filter((v) => typeof v === "string" && v.trim());
+  return [body.job, ...texts].join(" · ");
 }

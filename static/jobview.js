@@ -1,14 +1,16 @@
 // The job view at /jobs/{id}: renders what the JobFollower reports, and the cancel button.
 
-import { ApiError, TERMINAL, formatCost, formatTime, getJob, request } from "./api.js";
+import { ApiError, TERMINAL, formatCost, formatTime, getJob, jobTypes, request } from "./api.js";
 import { historyRow, jobLink } from "./history.js";
 import { JobFollower } from "./stream.js";
+import { renderValue } from "./structured.js";
 
 // Screen readers get the new text in batches at this pace, not one announcement per token.
 const ANNOUNCE_MS = 4000;
 const ANNOUNCE_MAX_CHARS = 600;
 const DETAILS_MIN_GAP_MS = 1000;
 const CANCELLABLE = new Set(["queued", "running"]);
+const BUILT_IN = "llm";
 
 const CONNECTION_TEXT = {
   idle: "",
@@ -36,6 +38,9 @@ export class JobView {
       provider: byId("fact-provider"), tokens: byId("fact-tokens"), cost: byId("fact-cost"),
       created: byId("fact-created"), seq: byId("fact-seq"), history: byId("history"),
       historyRows: byId("history-rows"), historyFoot: byId("history-foot"), view: byId("job-view"),
+      input: byId("job-input"), jobName: byId("job-name"), inputValues: byId("job-input-values"),
+      progress: byId("progress"), progressBar: byId("progress-bar"), progressText: byId("progress-text"),
+      resultCard: byId("result-card"), resultOutput: byId("result-output"),
     };
     // One text node, appended to: a long answer costs no re-layout of the whole string per token.
     this.text = document.createTextNode("");
@@ -62,7 +67,10 @@ export class JobView {
     const prompt = this.recent.promptOf(jobId);
     this.el.prompt.textContent = prompt || "";
     this.el.prompt.hidden = !prompt;
-    for (const key of ["missing", "error", "history", "lineage"]) this.el[key].hidden = true;
+    for (const key of ["missing", "error", "history", "lineage", "input", "resultCard"]) {
+      this.el[key].hidden = true;
+    }
+    this.clearProgress();
     delete this.el.view.dataset.missing;
     this.el.notes.replaceChildren();
     this.el.actionNote.textContent = "";
@@ -93,6 +101,8 @@ export class JobView {
       this.el.prompt.textContent = job.prompt;
       this.el.prompt.hidden = false;
     }
+    if (job.job && job.job !== BUILT_IN) this.showInput(job);
+    if (job.status === "succeeded" && job.result) this.showOutput(job.result);
     this.setText(job.output.text);
     this.announced = this.text.length;
     this.setStatus(job.status, { force: true });
@@ -125,6 +135,7 @@ export class JobView {
       );
     }
     this.setText("");
+    this.clearProgress();
     this.announced = 0;
     this.el.attempt.textContent = `attempt ${evt.attempt}`;
     this.el.attempts.textContent = this.attemptsText(evt.attempt);
@@ -153,6 +164,15 @@ export class JobView {
     li.dataset.attempt = String(evt.attempt);
   }
 
+  // A job's own report of how far it is: the bar, and its message beside the percentage.
+  progress(evt) {
+    const fraction = Math.min(1, Math.max(0, Number(evt.fraction) || 0));
+    this.el.progress.hidden = false;
+    this.el.progressBar.value = fraction;
+    const percent = `${Math.round(fraction * 100)}%`;
+    this.el.progressText.textContent = evt.message ? `${percent} · ${evt.message}` : percent;
+  }
+
   usage(evt) {
     this.usageByAttempt.set(evt.attempt, {
       input: evt.input_tokens, output: evt.output_tokens, cost: evt.cost, known: evt.cost_known !== false,
@@ -169,6 +189,7 @@ export class JobView {
       this.note("The streamed text differs from the final result; showing the result.", "mismatch");
       this.setText(evt.result.text);
     }
+    if (evt.status === "succeeded" && evt.result) this.showOutput(evt.result);
     this.announce();
     this.el.announcer.textContent += ` Job ${evt.status}.`;
     this.scheduleDetails(true);
@@ -244,6 +265,39 @@ export class JobView {
     li.append(time, " ", message);
     this.el.notes.append(li);
     return li;
+  }
+
+  clearProgress() {
+    this.el.progress.hidden = true;
+    this.el.progressBar.value = 0;
+    this.el.progressText.textContent = "";
+  }
+
+  // A named job has no prompt: its name and input say what was asked.
+  async showInput(job) {
+    this.el.prompt.hidden = true;
+    this.el.input.hidden = false;
+    this.el.jobName.textContent = job.job;
+    const schema = await this.schemaOf(job.job, "input_schema");
+    if (schema !== undefined) this.el.inputValues.replaceChildren(renderValue(job.input, schema));
+  }
+
+  // A structured output (a job with an output model), beside the text.
+  async showOutput(result) {
+    if (!("output" in result)) return;
+    const schema = await this.schemaOf(this.job && this.job.job, "output_schema");
+    if (schema === undefined) return;
+    this.el.resultCard.hidden = false;
+    this.el.resultOutput.replaceChildren(renderValue(result.output, schema));
+  }
+
+  // One of a job type's schemas, to order and name its fields ({} if unknown); undefined when
+  // another job was opened meanwhile.
+  async schemaOf(name, which) {
+    const jobId = this.jobId;
+    const type = (await jobTypes()).get(name);
+    if (jobId !== this.jobId) return undefined;
+    return (type && type[which]) || {};
   }
 
   showError(error) {

@@ -19,8 +19,8 @@ const sleep = (ms, signal) =>
   });
 
 export class JobFollower {
-  // `view` receives: snapshot(job), append(text), reset(evt), status(evt), usage(evt),
-  // attemptError(evt), done(evt), seq(n), connection(state, detail), gone(error).
+  // `view` receives: snapshot(job), append(text), reset(evt), status(evt), progress(evt),
+  // usage(evt), attemptError(evt), done(evt), seq(n), connection(state, detail), gone(error).
   constructor(view) {
     this.view = view;
     this.stopper = new AbortController();
