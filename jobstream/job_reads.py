@@ -5,12 +5,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
 from jobstream import events
 from jobstream.db import Conn, Queryable
 from jobstream.errors import JobNotFound
+from jobstream.jobspec import BUILT_IN_JOB
 from jobstream.rows import AttemptRow, JobRow
 from jobstream.sql import queries
 from jobstream.types import TERMINAL_STATUSES, JobStatus
@@ -72,6 +74,8 @@ class Snapshot:
     job: JobRow
     attempts: list[AttemptRow]
     text: str
+    # A job of the app's own: the current attempt's last `progress` event's data, if any.
+    progress: dict[str, Any] | None = None
 
 
 async def snapshot(pool: asyncpg.Pool, tenant_id: str, job_id: uuid.UUID) -> Snapshot:
@@ -89,4 +93,7 @@ async def read(conn: Conn, job: JobRow) -> Snapshot:
         text: str = job.result["text"]
     else:
         text = await events.attempt_text(conn, job.id, job.attempts)
-    return Snapshot(job, history, text)
+    progress = None
+    if job.job_name != BUILT_IN_JOB:  # the built-in job writes none: no read for it
+        progress = await conn.fetchval(queries.LAST_PROGRESS, job.id, job.attempts)
+    return Snapshot(job, history, text, progress)

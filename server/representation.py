@@ -127,6 +127,8 @@ def detail(snap: Snapshot, tokens: StreamTokens) -> dict[str, Any]:
         "run_at": _iso(job.run_after) if job.status == "queued" else None,
         "last_seq": job.last_seq,
         "output": {"attempt": job.attempts, "text": snap.text},
+        # The current attempt's last progress (fraction, message), for a page opened mid-run.
+        "progress": snap.progress,
         "result": job.result,
         "error": job.error,
         "cancel_requested": job.cancel_requested_at is not None,

@@ -62,6 +62,7 @@ class Queries:
     JOB_PROGRESS: str
     JOB_PROGRESS_BY_TOKEN: str
     JOB_LAST_SEQ: str
+    LAST_PROGRESS: str
     JOBS_LAST_SEQ: str
     # janitor.sql
     TRY_LOCK: str

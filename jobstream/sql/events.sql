@@ -82,3 +82,11 @@ SELECT last_seq FROM jobs WHERE id = $1
 -- The hub's view of the jobs it follows: a job whose last_seq moved past what the hub read has
 -- events a lost NOTIFY did not announce. One statement for every followed job.
 SELECT id, last_seq FROM jobs WHERE id = ANY($1::uuid[])
+
+-- name: LAST_PROGRESS
+-- The last `progress` of a job's attempt ($1 job, $2 attempt), for its snapshot: a page opened
+-- mid-run shows the bar where it is. The log's key (job_id, seq) read backwards from the end.
+SELECT data FROM job_events
+ WHERE job_id = $1 AND attempt = $2 AND type = 'progress'
+ ORDER BY seq DESC
+ LIMIT 1

@@ -90,6 +90,7 @@ async def test_a_three_call_pipeline_streams_to_every_follower_and_costs_what_wa
         frames, polls, (printed, said) = await asyncio.gather(sse, polled, cli.communicate())
     job = (await api.get(f"/api/jobs/{job_id}")).json()
     assert job["job"] == "pipeline"
+    assert job["progress"] == {"fraction": 1.0, "message": "done"}  # the last, for a reload
     assert job["input"] == {"topic": "leases and fencing", "provider": "openai", "max_tokens": 6}
     text = job["result"]["text"]
     assert text.count("\n") == 2 and len(text) > 10
