@@ -1,6 +1,8 @@
 """Your own jobs against the built-in job, side by side: how fast a worker drains no-op jobs of
-each kind, and how many tokens a second it persists from `ctx.emit` against the built-in job's
-simulated stream (the same coalescing and token writes behind both).
+each kind, how many tokens a second it persists from `ctx.emit` against the built-in job's
+simulated stream (the same coalescing and token writes behind both), and what durable steps
+cost: a job of 10 no-op steps against one of none, and the database transactions a job takes
+with 0, 1 and 10 steps (pg_stat_database's commits over the drain, divided by the jobs).
 
     .venv/bin/python -m bench.bench_user_jobs     (or `make bench` for every benchmark)
 
@@ -26,6 +28,7 @@ from jobstream.jobspec import JobSpec
 
 APP = "bench.user_jobs_app:app"
 DRAIN_JOBS = 2_000
+STEP_JOBS = 2_000
 STREAMS, TOKENS = 8, 20_000
 
 
@@ -61,6 +64,29 @@ async def _run(admin_url: str, repeats: int) -> None:
         rate=lambda seconds: deltas / seconds,
         repeats=repeats,
     )
+    await _side_by_side(
+        admin_url,
+        f"drain of {STEP_JOBS:,} jobs, one worker (jobs/s)",
+        {
+            "@app.job, no step": lambda pool: _create(pool, _own("steps", {"steps": 0}), STEP_JOBS),
+            "@app.job, 10 no-op steps": lambda pool: _create(
+                pool, _own("steps", {"steps": 10}), STEP_JOBS
+            ),
+        },
+        rate=lambda seconds: STEP_JOBS / seconds,
+        repeats=repeats,
+    )
+    print("  database transactions a job, by its steps (commits during the drain / jobs)")
+    for n in (0, 1, 10):
+        per_job = []
+        for _ in range(repeats):
+            per_job.append(
+                await _commits_per_job(admin_url, _own("steps", {"steps": n}), STEP_JOBS)
+            )
+        print(
+            f"    {n:>2} steps: min {min(per_job):.2f}  median {statistics.median(per_job):.2f}"
+            f"  max {max(per_job):.2f}"
+        )
 
 
 def _built_in(tokens: int) -> JobSpec:
@@ -103,8 +129,35 @@ async def _side_by_side(
     print(f"    ratio of the medians (second / first): {second / first:.2f}")
 
 
-async def _measure(admin_url: str, create: Callable[[asyncpg.Pool], Awaitable[None]]) -> float:
-    """Seconds from the first job's start to the last one's end."""
+async def _commits_per_job(admin_url: str, spec: JobSpec, jobs: int) -> float:
+    """The database's commits while one worker drains `jobs` jobs of `spec`, a job."""
+    commits: list[int] = []
+
+    async def create(pool: asyncpg.Pool) -> None:
+        await _create(pool, spec, jobs)
+        await asyncio.sleep(1.0)  # the creates' commits reach pg_stat_database first
+        commits.append(await _commits(pool))
+
+    await _measure(admin_url, create, after=lambda pool: _commits(pool), seen=commits)
+    return (commits[1] - commits[0]) / jobs
+
+
+async def _commits(pool: asyncpg.Pool) -> int:
+    count: int = await pool.fetchval(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+    )
+    return count
+
+
+async def _measure(
+    admin_url: str,
+    create: Callable[[asyncpg.Pool], Awaitable[None]],
+    *,
+    after: Callable[[asyncpg.Pool], Awaitable[int]] | None = None,
+    seen: list[int] | None = None,
+) -> float:
+    """Seconds from the first job's start to the last one's end (`after`, when given, is read
+    once the jobs are done, into `seen`)."""
     async with _database(admin_url) as url:
         pool = await db.create_pool(url, min_size=1, max_size=4)
         try:
@@ -114,6 +167,9 @@ async def _measure(admin_url: str, create: Callable[[asyncpg.Pool], Awaitable[No
                 await _until_finished(pool, timeout_s=600)
             finally:
                 _stop(worker)
+            if after is not None and seen is not None:
+                await asyncio.sleep(1.0)  # pg_stat_database lags its backends by up to a second
+                seen.append(await after(pool))
             failed = await pool.fetchval("SELECT count(*) FROM jobs WHERE status <> 'succeeded'")
             if failed:
                 raise RuntimeError(f"{failed} jobs did not succeed")

@@ -27,3 +27,17 @@ class Tokens(BaseModel):
 async def emit(asked: Tokens, ctx: jobstream.Context) -> None:
     for i in range(asked.tokens):
         await ctx.emit(f"{i} ")
+
+
+class Steps(BaseModel):
+    steps: int
+
+
+async def nothing(i: int) -> int:
+    return i
+
+
+@app.job("steps", input=Steps)
+async def steps(asked: Steps, ctx: jobstream.Context) -> None:
+    for i in range(asked.steps):
+        await ctx.step("nothing", nothing, i)

@@ -43,6 +43,7 @@ from jobstream.worker.inbox import (
     StreamFailed,
 )
 from jobstream.worker.job_writes import JobWrites
+from jobstream.worker.journal_writes import Journals
 from jobstream.worker.lease import Lease, Leases
 from jobstream.worker.llm_calls import LLMCalls
 from jobstream.worker.outcome import AttemptResult, LeaseExpired, OutcomeRecorder, SuccessWriter
@@ -74,6 +75,7 @@ class AttemptRunner:
         token_writes: TokenWrites,
         job: JobDefinition | None = None,
         threads: Executor | None = None,
+        journals: Journals | None = None,
     ) -> None:
         """`job` is the `@app.job` definition the attempt runs; None for the built-in job,
         whose one call goes to `providers[held.provider]`. `threads` runs plain `def`
@@ -127,7 +129,10 @@ class AttemptRunner:
             previous=previous,
             max_cost_usd=held.spec.max_cost_usd,
         )
-        steps = Steps(pool, held, self._spend, self._inbox, writes, running, threads=threads)
+        steps = Steps(
+            pool, held, self._spend, self._inbox, writes, running, threads=threads,
+            journals=journals,
+        )  # fmt: skip
         self._ctx = HandlerContext(held, self._llm, writes, steps, previous, threads=threads)
         self._provider_stopped = False  # we cancelled the stream and it closed cleanly
         # The outcome write, shielded from cancellation; kept so that a worker that had to

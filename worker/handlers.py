@@ -10,13 +10,14 @@ thread learns it is over.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import math
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from jobstream.app import JobDefinition
 from jobstream.claims import Claimed
@@ -73,6 +74,9 @@ class HandlerContext(Context):
         """The handler wrote text (by emit or a model call)."""
         return self._writes.produced_text
 
+    async def steps_settled(self) -> None:
+        await self._steps.settled()
+
     async def look_back(self) -> None:
         """A retried attempt reads how the last one ended (previous_failure) before it runs."""
         await self._previous.load()
@@ -107,13 +111,15 @@ async def run_definition(job: JobDefinition, held: Claimed, ctx: HandlerContext)
         # of this code would fit it.
         raise PermanentError(f"the job's input no longer fits its model: {exc}") from exc
     await ctx.look_back()
-    if job.is_async:
-        result = await job.handler(value, ctx)
-    else:
-        loop = asyncio.get_running_loop()
-        ctx.in_thread = sync = SyncContext(ctx, loop)
-        here = contextvars.copy_context()
-        result = await loop.run_in_executor(ctx.threads, here.run, job.handler, value, sync)
+    try:
+        result = await _handled(job, value, ctx)
+    except BaseException:
+        # The steps' journals land whatever the handler did: a later attempt is spared them.
+        # What the handler raised is the attempt's end, not what became of a journal.
+        with contextlib.suppress(Exception):
+            await ctx.steps_settled()
+        raise
+    await ctx.steps_settled()  # before the result: Fenced if the job moved on meanwhile
     if job.output is None:
         # The result is the text. A handler that wrote none and returned a string has that
         # string as its text (`return "done"`); after text was emitted, its `return` of the
@@ -125,3 +131,13 @@ async def run_definition(job: JobDefinition, held: Claimed, ctx: HandlerContext)
         return job.checked_output(result)
     except ValidationError as exc:
         raise InvalidOutput(f"the job's result does not fit its output model: {exc}") from exc
+
+
+async def _handled(job: JobDefinition, value: BaseModel, ctx: HandlerContext) -> Any:
+    """The handler's return value: awaited on the loop, or a plain function's from a thread."""
+    if job.is_async:
+        return await job.handler(value, ctx)
+    loop = asyncio.get_running_loop()
+    ctx.in_thread = sync = SyncContext(ctx, loop)
+    here = contextvars.copy_context()
+    return await loop.run_in_executor(ctx.threads, here.run, job.handler, value, sync)

@@ -34,6 +34,7 @@ from jobstream.sql import queries
 from jobstream.usage import Usage
 from jobstream.worker.inbox import Inbox, LeaseLost
 from jobstream.worker.job_writes import JobWrites
+from jobstream.worker.journal_writes import Journal, Journals, journal_many
 from jobstream.worker.spend import Spend
 from jobstream.worker.step_runs import CURRENT, Running, StepRun
 
@@ -56,6 +57,7 @@ class Steps:
         running: Running,
         *,
         threads: Executor | None = None,
+        journals: Journals | None = None,
     ) -> None:
         self._pool = pool
         self._held = held
@@ -64,9 +66,11 @@ class Steps:
         self._writes = writes
         self._running = running
         self._threads = threads
+        self._journals = journals  # the worker's group writer; None: a statement of its own
         self._journal: dict[str, Journaled] | None = None
         self._loading: asyncio.Future[dict[str, Journaled]] | None = None
         self._seen: dict[str, int] = {}  # names used so far in this run
+        self._writing: set[asyncio.Future[bool]] = set()  # journals on their way
 
     async def run(self, name: str, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         if not isinstance(name, str) or not name:
@@ -87,7 +91,7 @@ class Steps:
             CURRENT.reset(token)
             for text in self._running.end(run):
                 self._writes.produce(text)
-        await self._write(run, to_jsonable_python(result))
+        self._journal_later(run, to_jsonable_python(result))
         return result
 
     def _key(self, name: str) -> str:
@@ -107,8 +111,12 @@ class Steps:
         return result
 
     async def _load(self) -> dict[str, Journaled]:
-        """The job's journal, read once per attempt (steps started at once share the read)."""
+        """The job's journal, read once per attempt (steps started at once share the read).
+        A first attempt has none to read: no attempt before it journaled anything."""
         if self._journal is not None:
+            return self._journal
+        if self._held.attempt == 1:
+            self._journal = {}
             return self._journal
         if self._loading is None:
             self._loading = asyncio.ensure_future(self._read())
@@ -132,18 +140,38 @@ class Steps:
             return journaled.result
         return TypeAdapter(returns).validate_python(journaled.result)
 
-    async def _write(self, run: StepRun, result: Any) -> None:
-        usage = _sum(run.usages)
+    def _journal_later(self, run: StepRun, result: Any) -> None:
+        """Journal the step while the code goes on: its result is the caller's now, and the
+        journal only spares a later attempt the work. A crash before it commits runs the step
+        again, as a crash just before the step ended would; the attempt's end waits for every
+        journal (settled), and a refused one fences the attempt."""
         held = self._held
-        async with self._pool.acquire() as conn:
-            row = await conn.fetchrow(
-                queries.JOURNAL_STEP, held.job_id, held.run_token, run.key, held.attempt, result,
-                run.output, usage.input_tokens, usage.output_tokens, usage.cost_usd,
-                usage.cost_known,
-            )  # fmt: skip
-        if row is None or not row["held"]:
+        journal = Journal(held, run.key, result, run.output, _sum(run.usages))
+        if self._journals is not None:
+            write = self._journals.write(journal)
+        else:
+            write = _one(self._pool, journal)
+        task = asyncio.ensure_future(write)
+        self._writing.add(task)
+        task.add_done_callback(self._journaled)
+
+    def _journaled(self, task: asyncio.Future[bool]) -> None:
+        self._writing.discard(task)
+        if not task.cancelled() and task.exception() is None and not task.result():
             self._inbox.put_nowait(LeaseLost("a step's journal was refused: the job moved on"))
-            raise Fenced(f"job {held.job_id}: step {run.key!r} not journaled, job moved on")
+
+    async def settled(self) -> None:
+        """Until every step's journal is written; Fenced if one was refused (the attempt lost
+        its job), or the database's error."""
+        while self._writing:
+            done = await asyncio.gather(*self._writing)
+            if not all(done):
+                raise Fenced(f"job {self._held.job_id}: a step's journal was refused")
+
+
+async def _one(pool: asyncpg.Pool, journal: Journal) -> bool:
+    [landed] = await journal_many(pool, [journal])
+    return landed
 
 
 def _return_type(fn: Callable[..., Any]) -> Any:

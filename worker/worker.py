@@ -32,6 +32,7 @@ from jobstream.worker import janitor as janitors
 from jobstream.worker.attempt import AttemptRunner
 from jobstream.worker.completions import Completions
 from jobstream.worker.drain import Running, drain
+from jobstream.worker.journal_writes import Journals
 from jobstream.worker.lease import Leases
 from jobstream.worker.outcome import AttemptResult
 from jobstream.worker.providers.base import Provider
@@ -87,6 +88,7 @@ class Worker:
         self._next_reap_at = 0.0  # loop time of the next look for expired leases
         self._claiming = 0  # slots that claims under way may fill
         self._completions: Completions | None = None  # the successes' writer, while running
+        self._journals: Journals | None = None  # the steps' journal writer, while running
         self._leases: Leases | None = None  # the attempts' lease renewals, while running
         self._token_writes: TokenWrites | None = None  # the streams' token writer, while running
         self._listener = Listener(
@@ -151,6 +153,11 @@ class Worker:
                 self._completions.run(), name=f"completions:{self.worker_id}"
             )
             writer.add_done_callback(self._on_writer_done)
+            self._journals = Journals(self._pool)
+            journal_writer = asyncio.create_task(
+                self._journals.run(), name=f"step-journals:{self.worker_id}"
+            )
+            journal_writer.add_done_callback(self._on_writer_done)
             self._leases = Leases(self._pool, lease_s=self._settings.lease_s, clock=self._clock)
             renewals = asyncio.create_task(self._leases.run(), name=f"leases:{self.worker_id}")
             renewals.add_done_callback(self._on_renewals_done)
@@ -186,6 +193,7 @@ class Worker:
                 )
                 # After the drain: the settling attempts' successes go through the writer.
                 writer.cancel()
+                journal_writer.cancel()
                 token_writer.cancel()
                 renewals.cancel()
                 listener.cancel()
@@ -194,6 +202,7 @@ class Worker:
                 janitor.cancel()  # a batch under way rolls back; the next janitor redoes it
                 await asyncio.gather(
                     writer,
+                    journal_writer,
                     token_writer,
                     renewals,
                     listener,
@@ -318,6 +327,7 @@ class Worker:
             token_writes=self._token_writes,
             job=self._jobs.get(held.job_name),
             threads=self._threads,
+            journals=self._journals,
         )
         key = (held.job_id, held.attempt)
         # The attempt's log lines carry its job, attempt and run token: set in the context the

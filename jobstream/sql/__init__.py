@@ -34,7 +34,7 @@ class Queries:
     CONFIRM_CANCEL: str
     FINISH_ATTEMPT: str
     EARLIER_ATTEMPTS_COST: str
-    JOURNAL_STEP: str
+    JOURNAL_STEPS: str
     JOB_STEPS: str
     PREVIOUS_ATTEMPTS: str
     # claiming.sql

@@ -194,32 +194,51 @@ ON CONFLICT (backend, provider) DO UPDATE
 -- counts it against its cap before its first call of this attempt (worker/spend.py).
 SELECT coalesce(sum(cost_usd), 0) FROM job_attempts WHERE job_id = $1 AND attempt < $2
 
--- name: JOURNAL_STEP
--- A step of the job's own code, journaled once per job (worker/steps.py): $1 job, $2 run token,
--- $3 step, $4 attempt, $5 its result, $6 its output items, $7-$10 what its calls used and cost.
--- Fenced: only while the attempt holds the job, whose row it locks (FOR SHARE: a reaper or a
--- cancel that moves the job on waits, or has moved it and the row no longer matches). A step
--- already journaled (by a concurrent zombie) keeps its first row. Its cost goes into the
--- attempt's row too, so an attempt lost to a crash still records what its finished steps cost
--- (FINISH_ATTEMPT keeps it); the attempt's end writes its whole cost over it.
-WITH held AS (
-    SELECT id FROM jobs
-     WHERE id = $1 AND run_token = $2 AND status IN ('running', 'cancelling')
-       FOR SHARE
+-- name: JOURNAL_STEPS
+-- Steps of jobs' own code, journaled once per job (worker/steps.py), many attempts' at once (a
+-- worker's journal writer, worker/journal_writes.py: a commit for all that arrived together).
+-- $1 is a JSON array of the steps (`ord` their place in it), $2 their job ids again (the
+-- generic plan's index condition, as SUCCEED_ATTEMPTS says). Fenced per step: only while its
+-- attempt holds its job, whose row it locks (FOR SHARE: a reaper or a cancel that moves the job
+-- on waits, or has moved it and the row no longer matches). A step already journaled (by a
+-- zombie that got there first) keeps its first row. A step's cost goes into its attempt's row
+-- too, so an attempt lost to a crash still records what its finished steps cost
+-- (FINISH_ATTEMPT keeps it); the attempt's end writes its whole cost over it. The answer: the
+-- `ord` of every step whose attempt held its job.
+WITH input AS (
+    SELECT *
+      FROM jsonb_to_recordset($1::jsonb)
+             AS i (ord int, job_id uuid, run_token uuid, step text, attempt int, result jsonb,
+                   output jsonb, input_tokens int, output_tokens int, cost numeric,
+                   cost_known boolean)
+), held AS (
+    SELECT i.*
+      FROM input i
+      JOIN jobs j ON j.id = i.job_id AND j.run_token = i.run_token
+     WHERE j.status IN ('running', 'cancelling') AND j.id = ANY($2::uuid[])
+     ORDER BY j.id
+       FOR SHARE OF j
 ), journaled AS (
     INSERT INTO job_steps (job_id, step, attempt, run_token, result, output, input_tokens,
                            output_tokens, cost_usd, cost_known)
-    SELECT $1, $3, $4, $2, $5, $6, $7, $8, $9, $10 FROM held
+    SELECT job_id, step, attempt, run_token, result, output, input_tokens, output_tokens, cost,
+           cost_known
+      FROM held
+     ORDER BY job_id, step
     ON CONFLICT (job_id, step) DO NOTHING
-    RETURNING job_id
+    RETURNING job_id, step
 ), costed AS (
-    UPDATE job_attempts
-       SET input_tokens = coalesce(input_tokens, 0) + $7,
-           output_tokens = coalesce(output_tokens, 0) + $8,
-           cost_usd = coalesce(cost_usd, 0) + $9
-     WHERE job_id = $1 AND attempt = $4 AND EXISTS (SELECT FROM journaled)
+    UPDATE job_attempts a
+       SET input_tokens = coalesce(a.input_tokens, 0) + s.input_tokens,
+           output_tokens = coalesce(a.output_tokens, 0) + s.output_tokens,
+           cost_usd = coalesce(a.cost_usd, 0) + s.cost
+      FROM (SELECT h.job_id, h.attempt, sum(h.input_tokens) AS input_tokens,
+                   sum(h.output_tokens) AS output_tokens, sum(h.cost) AS cost
+              FROM held h JOIN journaled USING (job_id, step)
+             GROUP BY h.job_id, h.attempt) s
+     WHERE a.job_id = s.job_id AND a.attempt = s.attempt
 )
-SELECT (SELECT count(*) FROM held) AS held, (SELECT count(*) FROM journaled) AS journaled
+SELECT ord FROM held
 
 -- name: JOB_STEPS
 -- Every journaled step of a job, for an attempt that replays them (worker/steps.py).
