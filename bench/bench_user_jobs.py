@@ -9,7 +9,8 @@ with 0, 1 and 10 steps (pg_stat_database's commits over the drain, divided by th
 Each measurement has a fresh database and one worker process; the kinds alternate, three rounds,
 and the figures are min / median / max with the ratio of the medians. Times are read from the
 jobs' rows (first start to last end), so the worker's start-up is not counted. Printed, never
-asserted. BENCH_USER_JOBS_REPEATS sets the rounds.
+asserted. BENCH_USER_JOBS_REPEATS sets the rounds; BENCH_USER_JOBS_ONLY=steps runs the steps'
+figures alone.
 """
 
 from __future__ import annotations
@@ -35,12 +36,19 @@ STREAMS, TOKENS = 8, 20_000
 def main() -> None:
     logs.configure("warning", json=False)
     repeats = int(os.environ.get("BENCH_USER_JOBS_REPEATS", "3"))
+    only_steps = os.environ.get("BENCH_USER_JOBS_ONLY") == "steps"
     with durable_postgres("jobstream-bench-") as admin_url:
-        asyncio.run(_run(admin_url, repeats))
+        asyncio.run(_run(admin_url, repeats, only_steps))
 
 
-async def _run(admin_url: str, repeats: int) -> None:
+async def _run(admin_url: str, repeats: int, only_steps: bool) -> None:
     print("bench_user_jobs")
+    if not only_steps:
+        await _kinds(admin_url, repeats)
+    await _steps(admin_url, repeats)
+
+
+async def _kinds(admin_url: str, repeats: int) -> None:
     await _side_by_side(
         admin_url,
         f"drain of {DRAIN_JOBS:,} no-op jobs, one worker (jobs/s)",
@@ -64,6 +72,9 @@ async def _run(admin_url: str, repeats: int) -> None:
         rate=lambda seconds: deltas / seconds,
         repeats=repeats,
     )
+
+
+async def _steps(admin_url: str, repeats: int) -> None:
     await _side_by_side(
         admin_url,
         f"drain of {STEP_JOBS:,} jobs, one worker (jobs/s)",

@@ -324,6 +324,9 @@ class AttemptRunner:
         if isinstance(ending, LeaseLost):
             log.info("attempt_fenced", reason=ending.reason)
             return "fenced"
+        if not isinstance(ending, StreamEnded):
+            # The job may run again: its finished steps' journals first, for the retry to find.
+            await self._ctx.steps_landed()
         try:
             chunks = self._coalescer.take()
             # A success appends its last chunk in its own statement, one commit instead of two.

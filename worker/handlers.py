@@ -10,7 +10,6 @@ thread learns it is over.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import math
 from collections.abc import Callable
@@ -74,8 +73,11 @@ class HandlerContext(Context):
         """The handler wrote text (by emit or a model call)."""
         return self._writes.produced_text
 
-    async def steps_settled(self) -> None:
-        await self._steps.settled()
+    def steps_left(self) -> None:
+        self._steps.left()
+
+    async def steps_landed(self) -> None:
+        await self._steps.landed()
 
     async def look_back(self) -> None:
         """A retried attempt reads how the last one ended (previous_failure) before it runs."""
@@ -111,15 +113,11 @@ async def run_definition(job: JobDefinition, held: Claimed, ctx: HandlerContext)
         # of this code would fit it.
         raise PermanentError(f"the job's input no longer fits its model: {exc}") from exc
     await ctx.look_back()
-    try:
-        result = await _handled(job, value, ctx)
-    except BaseException:
-        # The steps' journals land whatever the handler did: a later attempt is spared them.
-        # What the handler raised is the attempt's end, not what became of a journal.
-        with contextlib.suppress(Exception):
-            await ctx.steps_settled()
-        raise
-    await ctx.steps_settled()  # before the result: Fenced if the job moved on meanwhile
+    result = await _handled(job, value, ctx)
+    # A success does not wait for its steps' journals (a round trip more for every job with
+    # steps): they land after it. Any other end waits for them (AttemptRunner._settle), so
+    # that the retry finds them.
+    ctx.steps_left()
     if job.output is None:
         # The result is the text. A handler that wrote none and returned a string has that
         # string as its text (`return "done"`); after text was emitted, its `return` of the

@@ -29,12 +29,11 @@ from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from jobstream.claims import Claimed
-from jobstream.errors import Fenced
 from jobstream.sql import queries
 from jobstream.usage import Usage
 from jobstream.worker.inbox import Inbox, LeaseLost
 from jobstream.worker.job_writes import JobWrites
-from jobstream.worker.journal_writes import Journal, Journals, journal_many
+from jobstream.worker.journal_writes import Journal, Journals, ids_of, journal, journal_many
 from jobstream.worker.spend import Spend
 from jobstream.worker.step_runs import CURRENT, Running, StepRun
 
@@ -70,7 +69,9 @@ class Steps:
         self._journal: dict[str, Journaled] | None = None
         self._loading: asyncio.Future[dict[str, Journaled]] | None = None
         self._seen: dict[str, int] = {}  # names used so far in this run
-        self._writing: set[asyncio.Future[bool]] = set()  # journals on their way
+        self._writing: list[asyncio.Future[bool]] = []  # journals on their way
+        self._is_async: dict[Callable[..., Any], bool] = {}
+        self._ids = ids_of(held)
 
     async def run(self, name: str, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         if not isinstance(name, str) or not name:
@@ -79,6 +80,7 @@ class Steps:
             # A step inside a step is part of the outer one, whose journal holds it all.
             return await self._call(fn, args, kwargs)
         key = self._key(name)  # before any await: the order of calls names them
+        self._landed_now()  # a zombie learns from its last journal, at its next step
         journaled = (await self._load()).get(key)
         if journaled is not None:
             return await self._replay(journaled, fn)
@@ -100,7 +102,10 @@ class Steps:
         return name if n == 0 else f"{name}#{n}"
 
     async def _call(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        if inspect.iscoroutinefunction(fn):
+        is_async = self._is_async.get(fn)
+        if is_async is None:  # a tenth of a no-op step's time, asked every time
+            is_async = self._is_async[fn] = inspect.iscoroutinefunction(fn)
+        if is_async:
             return await fn(*args, **kwargs)
         loop = asyncio.get_running_loop()
         here = contextvars.copy_context()  # the step, for what the thread writes
@@ -143,35 +148,51 @@ class Steps:
     def _journal_later(self, run: StepRun, result: Any) -> None:
         """Journal the step while the code goes on: its result is the caller's now, and the
         journal only spares a later attempt the work. A crash before it commits runs the step
-        again, as a crash just before the step ended would; the attempt's end waits for every
-        journal (settled), and a refused one fences the attempt."""
-        held = self._held
-        journal = Journal(held, run.key, result, run.output, _sum(run.usages))
+        again, as a crash just before the step ended would. A refused journal (the attempt lost
+        its job) stops the attempt; after the attempt's end (which is fenced itself) one is
+        refused, and changes nothing."""
+        entry = journal(self._ids, run.key, result, run.output, _sum(run.usages))
         if self._journals is not None:
-            write = self._journals.write(journal)
+            landing = self._journals.write(entry)  # a future: no task of its own
         else:
-            write = _one(self._pool, journal)
-        task = asyncio.ensure_future(write)
-        self._writing.add(task)
-        task.add_done_callback(self._journaled)
+            landing = asyncio.ensure_future(_one(self._pool, entry))
+        self._writing.append(landing)
 
-    def _journaled(self, task: asyncio.Future[bool]) -> None:
-        self._writing.discard(task)
-        if not task.cancelled() and task.exception() is None and not task.result():
-            self._inbox.put_nowait(LeaseLost("a step's journal was refused: the job moved on"))
+    def left(self) -> None:
+        """The handler is done: the journals still on their way are watched by callbacks
+        (a refused one stops the attempt if it still runs; an error is logged by nobody)."""
+        inbox = self._inbox
+        for landing in self._writing:
+            landing.add_done_callback(lambda f: _landed(f, inbox))
+        self._writing = []
 
-    async def settled(self) -> None:
-        """Until every step's journal is written; Fenced if one was refused (the attempt lost
-        its job), or the database's error."""
-        while self._writing:
-            done = await asyncio.gather(*self._writing)
-            if not all(done):
-                raise Fenced(f"job {self._held.job_id}: a step's journal was refused")
+    async def landed(self) -> None:
+        """Until the journals on their way are answered (landed or not): an attempt that
+        ends without a result waits for them, so that the next attempt finds them."""
+        writing, self._writing = self._writing, []
+        await asyncio.gather(*writing, return_exceptions=True)
+
+    def _landed_now(self) -> None:
+        """Journals answered so far: a refused one stops the attempt (it lost its job)."""
+        still = []
+        for landing in self._writing:
+            if not landing.done():
+                still.append(landing)
+            else:
+                _landed(landing, self._inbox)
+        self._writing = still
 
 
-async def _one(pool: asyncpg.Pool, journal: Journal) -> bool:
-    [landed] = await journal_many(pool, [journal])
+async def _one(pool: asyncpg.Pool, entry: Journal) -> bool:
+    [landed] = await journal_many(pool, [entry])
     return landed
+
+
+def _landed(landing: asyncio.Future[bool], inbox: Inbox) -> None:
+    if landing.cancelled() or landing.exception() is not None:
+        return  # not written (the worker stops, the database went away): a retry runs it
+    if not landing.result():
+        inbox.put_nowait(LeaseLost("a step's journal was refused: the job moved on"))
 
 
 def _return_type(fn: Callable[..., Any]) -> Any:
@@ -186,7 +207,12 @@ def _return_type(fn: Callable[..., Any]) -> Any:
     return returns
 
 
+_NOTHING = Usage()  # a step that made no call
+
+
 def _sum(usages: list[Usage]) -> Usage:
+    if not usages:
+        return _NOTHING
     return Usage(
         input_tokens=sum(u.input_tokens for u in usages),
         output_tokens=sum(u.output_tokens for u in usages),

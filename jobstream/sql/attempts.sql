@@ -197,27 +197,32 @@ SELECT coalesce(sum(cost_usd), 0) FROM job_attempts WHERE job_id = $1 AND attemp
 -- name: JOURNAL_STEPS
 -- Steps of jobs' own code, journaled once per job (worker/steps.py), many attempts' at once (a
 -- worker's journal writer, worker/journal_writes.py: a commit for all that arrived together).
--- $1 is a JSON array of the steps (`ord` their place in it), $2 their job ids again (the
--- generic plan's index condition, as SUCCEED_ATTEMPTS says). Fenced per step: only while its
--- attempt holds its job, whose row it locks (FOR SHARE: a reaper or a cancel that moves the job
--- on waits, or has moved it and the row no longer matches). A step already journaled (by a
--- zombie that got there first) keeps its first row. A step's cost goes into its attempt's row
--- too, so an attempt lost to a crash still records what its finished steps cost
--- (FINISH_ATTEMPT keeps it); the attempt's end writes its whole cost over it. The answer: the
--- `ord` of every step whose attempt held its job.
+-- $1 is a JSON array of the steps, each an array of its fields where `input` reads them
+-- (journal_writes.journal; `ord` its place), $2 their jobs' ids, each once. Fenced per step:
+-- only while its attempt's run token is the job's, whose row it locks (FOR SHARE: a reaper that
+-- moves the job on waits, or has moved it and the token no longer matches). A journal may land
+-- after its attempt's success (which does not wait for it): the token is still the job's. A
+-- step already journaled (by a zombie that got there first) keeps its first row. A step's cost
+-- goes into its attempt's row too while the job runs, so an attempt lost to a crash still
+-- records what its finished steps cost (FINISH_ATTEMPT keeps it); the attempt's end writes its
+-- whole cost over it, and once it has, a late journal adds nothing. The answer: the `ord` of
+-- every step whose attempt held its job.
 WITH input AS (
-    SELECT *
-      FROM jsonb_to_recordset($1::jsonb)
-             AS i (ord int, job_id uuid, run_token uuid, step text, attempt int, result jsonb,
-                   output jsonb, input_tokens int, output_tokens int, cost numeric,
-                   cost_known boolean)
-), held AS (
-    SELECT i.*
-      FROM input i
-      JOIN jobs j ON j.id = i.job_id AND j.run_token = i.run_token
-     WHERE j.status IN ('running', 'cancelling') AND j.id = ANY($2::uuid[])
+    SELECT (e->>0)::int AS ord, (e->>1)::uuid AS job_id, (e->>2)::uuid AS run_token,
+           e->>3 AS step, (e->>4)::int AS attempt, e->5 AS result, e->6 AS output,
+           (e->>7)::int AS input_tokens, (e->>8)::int AS output_tokens,
+           (e->>9)::numeric AS cost, (e->>10)::boolean AS cost_known
+      FROM jsonb_array_elements($1::jsonb) AS e
+), locked AS (
+    -- Each job once, however many of its steps are here (a lock is a write to its row).
+    SELECT j.id, j.run_token, j.status IN ('running', 'cancelling') AS running
+      FROM jobs j
+     WHERE j.id = ANY($2::uuid[])
      ORDER BY j.id
-       FOR SHARE OF j
+       FOR SHARE
+), held AS (
+    SELECT i.*, l.running
+      FROM input i JOIN locked l ON l.id = i.job_id AND l.run_token = i.run_token
 ), journaled AS (
     INSERT INTO job_steps (job_id, step, attempt, run_token, result, output, input_tokens,
                            output_tokens, cost_usd, cost_known)
@@ -235,6 +240,8 @@ WITH input AS (
       FROM (SELECT h.job_id, h.attempt, sum(h.input_tokens) AS input_tokens,
                    sum(h.output_tokens) AS output_tokens, sum(h.cost) AS cost
               FROM held h JOIN journaled USING (job_id, step)
+             -- Steps that made no call (no tokens, no cost) change no attempt's row.
+             WHERE h.running AND (h.cost > 0 OR h.input_tokens > 0 OR h.output_tokens > 0)
              GROUP BY h.job_id, h.attempt) s
      WHERE a.job_id = s.job_id AND a.attempt = s.attempt
 )

@@ -23,6 +23,7 @@ from jobstream.settings import Settings
 from tests.support.http_server import http_client, serve
 from tests.support.openai_jobs import tenant_money
 from tests.support.pdf import pdf_with_text
+from tests.support.polling import eventually
 from tests.support.sse_client import read_stream, reassemble
 from tests.support.workers import attempt_rows, running_worker, wait_for_status
 
@@ -75,8 +76,13 @@ async def test_a_document_becomes_a_validated_analysis(
     assert progress[0]["message"] == "reading the document"
     assert progress[-1]["fraction"] == 1.0
     # The extraction is a journaled step: what the PDF said is what the model was asked about.
-    step = await pool.fetchrow(
-        "SELECT result FROM job_steps WHERE job_id = $1 AND step = 'extract'", uuid.UUID(job["id"])
+    step = await eventually(
+        lambda: pool.fetchrow(
+            "SELECT result FROM job_steps WHERE job_id = $1 AND step = 'extract'",
+            uuid.UUID(job["id"]),
+        ),
+        lambda row: row is not None,
+        what="the extract step journaled",
     )
     assert step is not None and "revenue grew 12%" in step["result"]
     (attempt,) = await attempt_rows(pool, uuid.UUID(job["id"]))

@@ -135,7 +135,12 @@ async def test_a_zombie_attempt_cannot_journal_a_step(
             lambda: _value(zombie.results), lambda r: r["fenced"] == 1, what="the zombie fenced"
         )
         await wait_for_status(pool, job_id, "succeeded")
-    steps = await pool.fetch("SELECT step, attempt FROM job_steps WHERE job_id = $1", job_id)
+    # A success does not wait for its journals: the last lands after it.
+    steps = await eventually(
+        lambda: pool.fetch("SELECT step, attempt FROM job_steps WHERE job_id = $1", job_id),
+        lambda rows: len(rows) == 3,
+        what="three steps journaled",
+    )
     assert sorted((r["step"], r["attempt"]) for r in steps) == [
         ("first", 2), ("second", 2), ("third", 2)
     ]  # fmt: skip
@@ -279,7 +284,11 @@ async def test_a_failing_step_is_not_journaled_and_names_repeat_with_an_index(
     async with running_worker(settings, pool=pool, app=own):
         job = await wait_for_status(pool, job_id, "succeeded")
     assert calls == [0, 1, 2, 2]  # the retry ran only the step that failed
-    steps = await pool.fetch("SELECT step FROM job_steps WHERE job_id = $1 ORDER BY step", job_id)
+    steps = await eventually(
+        lambda: pool.fetch("SELECT step FROM job_steps WHERE job_id = $1 ORDER BY step", job_id),
+        lambda rows: len(rows) == 3,
+        what="three steps journaled",
+    )
     assert [r["step"] for r in steps] == ["square", "square#1", "square#2"]
     # Every attempt's text is whole: the replayed steps' text, then the re-run one's.
     assert job["result"]["text"] == "0;1;2;"
