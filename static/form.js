@@ -4,7 +4,7 @@
 // built from its input schema (schema_form.js).
 
 import { ApiError, jobTypes, newKey, request } from "./api.js";
-import { buildFields, readInput } from "./schema_form.js";
+import { buildFields, filesRead, formatBytes, readInput } from "./schema_form.js";
 
 const BUILT_IN = "llm";
 
@@ -108,6 +108,20 @@ export class NewJobForm {
 
   async submit() {
     this.clearErrors();
+    if (this.inputFields) {
+      // A file chosen a moment ago may still be being read.
+      try {
+        await filesRead(this.inputFields);
+      } catch (err) {
+        const file = this.inputFields.find((f) => f.kind === "file" && f.el.files.length && !f.file);
+        const field = file ? file.el.dataset.field : "input";
+        this.showErrors(new ApiError(0, {
+          title: "A file could not be read",
+          errors: [{ field, message: err.message || String(err) }],
+        }));
+        return;
+      }
+    }
     const body = this.body();
     const json = JSON.stringify(body);
     if (!this.pending || this.pending.json !== json) this.pending = { json, key: newKey() };
@@ -119,13 +133,26 @@ export class NewJobForm {
       });
       this.pending = null;
       this.note.textContent = "";
-      this.onCreated(data, recentLabel(body));
+      this.onCreated(data, recentLabel(body, this.inputFields));
     } catch (err) {
       this.note.textContent = "";
-      this.showErrors(err);
+      this.showErrors(this.blameFile(err));
     } finally {
       this.button.disabled = false;
     }
+  }
+
+  // A body too large (413) with a file in it: the file is what to change, so say so at its field.
+  blameFile(err) {
+    if (!(err instanceof ApiError) || err.status !== 413 || !this.inputFields) return err;
+    const files = this.inputFields.filter((f) => f.kind === "file" && f.file);
+    if (!files.length) return err;
+    const largest = files.reduce((a, b) => (b.file.size > a.file.size ? b : a));
+    const { size, base64 } = largest.file;
+    // The limit itself is in the summary's title, from the server's problem.
+    const message = `${formatBytes(size)} is too large to send (${formatBytes(base64.length)} as base64).`;
+    const errors = [{ field: largest.el.dataset.field, message }];
+    return new ApiError(413, { ...err.problem, errors });
   }
 
   clearErrors() {
@@ -189,9 +216,14 @@ export class NewJobForm {
   }
 }
 
-// What the recent list shows for a job: its prompt, or a named job's name and text inputs.
-function recentLabel(body) {
+// What the recent list shows for a job: its prompt, or a named job's name and text inputs (a
+// file by its name: its base64 is no label, and would fill this browser's storage).
+function recentLabel(body, fields) {
   if (!body.job) return body.prompt;
-  const texts = Object.values(body.input).filter((v) => typeof v === "string" && v.trim());
+  const texts = (fields || []).flatMap(({ name, kind, file }) => {
+    if (kind === "file") return file ? [file.name] : [];
+    const value = body.input[name];
+    return typeof value === "string" && value.trim() ? [value] : [];
+  });
   return [body.job, ...texts].join(" · ");
 }

@@ -103,6 +103,10 @@ export class JobView {
     }
     if (job.job && job.job !== BUILT_IN) this.showInput(job);
     if (job.status === "succeeded" && job.result) this.showOutput(job.result);
+    // The current attempt's last progress: the bar where it is, not empty until the next event
+    // (a page opened or reloaded mid-run, a finished job, a resync). None yet: no bar.
+    if (job.progress) this.progress(job.progress);
+    else this.clearProgress();
     this.setText(job.output.text);
     this.announced = this.text.length;
     this.setStatus(job.status, { force: true });
@@ -119,7 +123,9 @@ export class JobView {
   append(chunk) {
     const box = this.el.output;
     const following = box.scrollHeight - box.scrollTop - box.clientHeight < 48;
+    const first = this.text.length === 0;
     this.text.appendData(chunk);
+    if (first) this.markJson();
     this.el.placeholder.hidden = true;
     if (following) box.scrollTop = box.scrollHeight;
   }
@@ -235,7 +241,13 @@ export class JobView {
 
   setText(value) {
     this.text.data = value;
+    this.markJson();
     this.el.placeholder.hidden = value.length > 0 || TERMINAL.has(this.statusValue);
+  }
+
+  // A structured answer streams as JSON: set in a code face, which shows it for what it is.
+  markJson() {
+    this.el.output.classList.toggle("output-json", /^\s*[[{]/.test(this.text.data));
   }
 
   setStatus(status, { force = false } = {}) {
@@ -279,7 +291,10 @@ export class JobView {
     this.el.input.hidden = false;
     this.el.jobName.textContent = job.job;
     const schema = await this.schemaOf(job.job, "input_schema");
-    if (schema !== undefined) this.el.inputValues.replaceChildren(renderValue(job.input, schema));
+    if (schema === undefined) return;
+    // What was given: an optional field left out (null: a text, or else a file) is no news.
+    const given = Object.fromEntries(Object.entries(job.input || {}).filter(([, v]) => v !== null));
+    this.el.inputValues.replaceChildren(renderValue(given, schema));
   }
 
   // A structured output (a job with an output model), beside the text.

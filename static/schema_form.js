@@ -9,12 +9,69 @@
 //   integer, number  → a number input with the schema's minimum and maximum
 //   boolean          → a checkbox
 //   enum, Literal    → a select
+//   base64 string    → a file input ("contentEncoding": "base64"), accepting the schema's
+//                      `contentMediaType`: the chosen file is read here (FileReader) and sent
+//                      as base64, without a data: prefix; its name and size show below it
 //   anything else    → a textarea of JSON (objects, lists)
 // An optional property (`X | None`) gets the field of X, and is left out of the input when
-// blank, so the model's default applies. The server validates the input again: what the
-// browser cannot check comes back as a 422 naming `input.<property>`, shown at its field.
+// blank (no file chosen, for a file), so the model's default applies: a model that takes a
+// text or a file gets no text when a file is chosen and the text is left empty. The server
+// validates the input again: what the browser cannot check comes back as a 422 naming
+// `input.<property>` (or `input`, for a rule across fields), shown at its field.
 
 const LONG_TEXT = 200;
+
+// A media type's usual extensions: a file chooser that filters by extension (some do) still
+// offers the files.
+const EXTENSIONS = {
+  "application/pdf": ".pdf",
+  "text/plain": ".txt",
+  "text/csv": ".csv",
+  "text/markdown": ".md",
+  "application/json": ".json",
+  "image/png": ".png",
+  "image/jpeg": ".jpg,.jpeg",
+};
+
+function acceptOf(mediaType) {
+  const type = String(mediaType).toLowerCase();
+  return [type, EXTENSIONS[type]].filter(Boolean).join(",");
+}
+
+// "application/pdf" → "PDF"; what a person calls a file of that type.
+export function mediaName(mediaType) {
+  const type = String(mediaType || "").toLowerCase();
+  if (!type) return "File";
+  const sub = type.split("/").pop().replace(/^x-/, "").split(/[+;]/)[0];
+  return type.startsWith("image/") ? `${sub.toUpperCase()} image` : sub.toUpperCase();
+}
+
+export function formatBytes(bytes) {
+  if (bytes < 1024) return `${bytes} B`;
+  const units = ["KB", "MB", "GB"];
+  let value = bytes / 1024;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${value < 10 ? value.toFixed(1) : Math.round(value)} ${units[unit]}`;
+}
+
+// What a property is called on the page: its title, a file's without its encoding.
+export function labelOf(name, prop) {
+  const title = prop.title || name;
+  return kindOf(prop) === "file" ? fileLabel(title, prop) : title;
+}
+
+// A file field's label: the API's name for the value ("Pdf Base64") without its encoding,
+// which the page takes care of.
+function fileLabel(title, schema) {
+  const bare = String(title).replace(/[\s_-]*\b(base ?64|b64)\b[\s_-]*/gi, " ").trim();
+  const type = mediaName(schema.contentMediaType);
+  if (!bare) return type;
+  return bare.toLowerCase() === type.toLowerCase() ? `${type} file` : bare;
+}
 
 // `$ref` into the schema's `$defs`, and `X | None` (anyOf with null) as X; the outer schema's
 // own keys (title, default, description) win, as pydantic puts them there.
@@ -42,6 +99,7 @@ function kindOf(schema) {
   if (Array.isArray(schema.enum) || "const" in schema) return "enum";
   switch (schema.type) {
     case "string":
+      if (String(schema.contentEncoding).toLowerCase() === "base64") return "file";
       return schema.format === "textarea" || schema.maxLength > LONG_TEXT ? "textarea" : "text";
     case "integer":
     case "number":
@@ -65,6 +123,10 @@ function control(kind, schema, hasDefault) {
     // An optional enum without a default may be left out.
     if (!hasDefault) el.append(new Option("–", ""));
     for (const [i, value] of values.entries()) el.append(new Option(String(value), String(i)));
+  } else if (kind === "file") {
+    el = document.createElement("input");
+    el.type = "file";
+    if (schema.contentMediaType) el.accept = acceptOf(schema.contentMediaType);
   } else {
     el = document.createElement("input");
     el.type = kind === "checkbox" ? "checkbox" : kind === "number" ? "number" : "text";
@@ -90,7 +152,7 @@ function fill(field, value) {
 }
 
 // Builds the fields of `schema` into `box` (replacing what it held); returns their
-// descriptions, which readInput() takes.
+// descriptions, which readInput() takes (after filesRead(), for a form with a file).
 export function buildFields(box, schema) {
   const required = new Set(schema.required || []);
   const fields = [];
@@ -107,7 +169,7 @@ export function buildFields(box, schema) {
 
     const label = document.createElement("label");
     label.htmlFor = id;
-    label.append(prop.title || name);
+    label.append(labelOf(name, prop));
     if (required.has(name)) {
       // `required` tells assistive technology; the star is for the eye.
       const star = document.createElement("span");
@@ -126,6 +188,7 @@ export function buildFields(box, schema) {
     } else {
       div.append(label, el);
     }
+    const field = { name, kind, el, required: required.has(name), values: prop.enum || [prop.const] };
     const hintText = [prop.description, kind === "json" ? "As JSON." : ""].filter(Boolean).join(" ");
     if (hintText) {
       const hint = document.createElement("p");
@@ -137,8 +200,9 @@ export function buildFields(box, schema) {
       el.dataset.hint = hint.id;
       el.setAttribute("aria-describedby", hint.id);
     }
-    const field = { name, kind, el, required: required.has(name), values: prop.enum || [prop.const] };
-    if (hasDefault && prop.default !== null) fill(field, prop.default);
+    // Below the hint, which says what the file is for: what was chosen, and a way back.
+    if (kind === "file") fileParts(field, div);
+    if (hasDefault && prop.default !== null && kind !== "file") fill(field, prop.default);
     fields.push(field);
     nodes.push(div);
   }
@@ -146,12 +210,95 @@ export function buildFields(box, schema) {
   return fields;
 }
 
+// A file field's own parts: what was chosen (name and size, or a read error) and a button
+// that takes it back, so a form of "text or a file" can go back to the text. The file is read
+// as soon as it is chosen; `field.file` holds { name, size, type, base64 } once it is.
+function fileParts(field, div) {
+  const { el } = field;
+  field.file = null;
+  field.reading = null;
+  const row = document.createElement("div");
+  row.className = "file-chosen";
+  row.hidden = true;
+  const info = document.createElement("span");
+  info.className = "file-info";
+  info.id = `file-${el.id}`;
+  info.dataset.testid = `file-${field.name}`;
+  info.setAttribute("aria-live", "polite");
+  const remove = document.createElement("button");
+  remove.type = "button";
+  remove.className = "quiet";
+  remove.textContent = "Remove file";
+  row.append(info, remove);
+  div.append(row);
+
+  const show = (text) => {
+    info.textContent = text;
+    row.hidden = !text;
+  };
+  el.addEventListener("change", () => {
+    const chosen = el.files && el.files[0];
+    field.file = null;
+    if (!chosen) {
+      field.reading = null;
+      show("");
+      return;
+    }
+    show(`${chosen.name} · ${formatBytes(chosen.size)} · reading…`);
+    const reading = readBase64(chosen).then(
+      (base64) => {
+        if (field.reading !== reading) return; // another file was chosen meanwhile
+        field.file = { name: chosen.name, size: chosen.size, type: chosen.type, base64 };
+        show(`${chosen.name} · ${formatBytes(chosen.size)}`);
+      },
+      (err) => {
+        if (field.reading !== reading) return;
+        show(`${chosen.name} could not be read: ${err.message || err}`);
+        throw err;
+      },
+    );
+    reading.catch(() => {}); // reported beside the field; submit() asks again
+    field.reading = reading;
+  });
+  remove.addEventListener("click", () => {
+    el.value = "";
+    field.file = null;
+    field.reading = null;
+    show("");
+    el.focus();
+  });
+}
+
+// A file's bytes as base64, without the data: URL's prefix.
+function readBase64(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => {
+      const url = String(reader.result);
+      resolve(url.slice(url.indexOf(",") + 1));
+    };
+    reader.onerror = () => reject(reader.error || new Error("the file could not be read"));
+    reader.readAsDataURL(file);
+  });
+}
+
+// Until every chosen file has been read; rejects with the first file that cannot be.
+export async function filesRead(fields) {
+  await Promise.all(fields.filter((f) => f.kind === "file" && f.reading).map((f) => f.reading));
+}
+
 // The input object of the fields' current values.
 export function readInput(fields) {
   const input = {};
-  for (const { name, kind, el, required, values } of fields) {
+  for (const field of fields) {
+    const { name, kind, el, required, values } = field;
     if (kind === "checkbox") {
       input[name] = el.checked;
+      continue;
+    }
+    if (kind === "file") {
+      // No file: left out (the browser's `required` keeps a required one from being skipped).
+      if (field.file) input[name] = field.file.base64;
       continue;
     }
     const raw = el.value;
