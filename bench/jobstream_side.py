@@ -53,7 +53,7 @@ async def prepare(admin_url: str) -> str:
 
 
 def server(url: str) -> AbstractAsyncContextManager[str]:
-    """A `python -m server` process on `url`'s database; yields its base URL."""
+    """A `python -m jobstream.server` process on `url`'s database; yields its base URL."""
     return server_process(url, pool_max=32)
 
 

@@ -1,4 +1,4 @@
-"""A `python -m server` process for a benchmark, and the wait until it answers."""
+"""A `python -m jobstream.server` process for a benchmark, and the wait until it answers."""
 
 from __future__ import annotations
 

@@ -127,6 +127,10 @@ class SyncLLM:
         result: str = self._sync.call(self._sync.context.llm.stream, prompt, **options)
         return result
 
+    def parse(self, model: type[M], prompt: str | None = None, **options: Any) -> M:
+        result: M = self._sync.call(self._sync.context.llm.parse, model, prompt, **options)
+        return result
+
 
 class SyncContext:
     """The context of a plain `def` handler, which runs in a thread: each method is a plain

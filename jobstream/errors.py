@@ -113,9 +113,14 @@ class OutputError(JobstreamError):
 
 class InvalidOutput(OutputError):
     """The answer, or the job's return value, fails its model. Retried within the job's
-    invalid_output_retries; the next try sees the errors and the text (ctx.previous_failure)."""
+    invalid_output_retries; the next try sees the errors and the answer (ctx.previous_failure).
+    """
 
     kind = "invalid_output"
+
+    def __init__(self, message: str, answer: str | None = None) -> None:
+        super().__init__(message)
+        self.answer = answer  # the model's answer that failed, for the next try's re-ask
 
 
 class OutputTruncated(OutputError):

@@ -1,4 +1,4 @@
-"""`python -m server`: the HTTP API on JOBSTREAM_HOST:JOBSTREAM_PORT."""
+"""`python -m jobstream.server`: the HTTP API on JOBSTREAM_HOST:JOBSTREAM_PORT."""
 
 from __future__ import annotations
 

@@ -145,9 +145,15 @@ def reservation(providers: Mapping[str, Provider], spec: JobSpec) -> Decimal:
     are refused past it); without one it reserves nothing (docs/jobs.md)."""
     provider = providers.get(spec.provider)
     if provider is None:
+        # A job of the app's own names its provider in its definition, not in the body.
+        field, message = (
+            ("job", f"its provider {spec.provider!r} is not configured here")
+            if (spec.job is not None)
+            else ("provider", "is not configured on this server")
+        )
         raise Problem(
             422, "validation", "Invalid request", f"Provider {spec.provider!r} is not configured.",
-            errors=[{"field": "provider", "message": "is not configured on this server"}],
+            errors=[{"field": field, "message": message}],
         )  # fmt: skip
     if spec.job is not None:
         cap = spec.max_cost_usd

@@ -130,6 +130,9 @@ def detail(snap: Snapshot, tokens: StreamTokens) -> dict[str, Any]:
         # The current attempt's last progress (fraction, message), for a page opened mid-run.
         "progress": snap.progress,
         "result": job.result,
+        # What the tenant paid for the result, once: the accepted attempt's calls and the
+        # journaled steps of earlier attempts it replayed (null until it succeeds).
+        "charged_usd": str(job.charged_usd) if job.charged_usd is not None else None,
         "error": job.error,
         "cancel_requested": job.cancel_requested_at is not None,
         "metadata": job.metadata,

@@ -1,4 +1,4 @@
-"""`python -m worker`: run one worker process until SIGTERM or SIGINT."""
+"""`python -m jobstream.worker`: run one worker process until SIGTERM or SIGINT."""
 
 from __future__ import annotations
 

@@ -6,7 +6,13 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from jobstream.errors import OutputError, PermanentError, ProviderError, TransientError
+from jobstream.errors import (
+    InvalidOutput,
+    OutputError,
+    PermanentError,
+    ProviderError,
+    TransientError,
+)
 from jobstream.types import ErrorKind
 
 
@@ -19,8 +25,9 @@ class Failure:
     # Known to have cost nothing (refused with an error status, or never sent): the attempt's
     # cost is then a known zero rather than our estimate.
     billed_nothing: bool = False
-    # The traceback of an exception the job's own code raised: the attempt's row keeps it for
-    # operators; the job's public error has only the class and message.
+    # The traceback of an exception the job's own code raised, or the answer that failed its
+    # model: the attempt's row keeps it for operators; the job's public error has only the
+    # class and message.
     trace: str | None = None
     # The provider that failed, when a 429 is to pause it (a job's calls may use several).
     provider: str | None = None
@@ -63,6 +70,9 @@ class Failure:
             return cls("transient", "transient", exc.message, exc.retry_after_s)
         if isinstance(exc, PermanentError):
             return cls("permanent", exc.error_class, exc.message)
+        if isinstance(exc, InvalidOutput):
+            # The answer that failed is kept with the attempt (operators only), for the re-ask.
+            return cls(exc.kind, exc.kind, exc.message, trace=exc.answer)
         if isinstance(exc, OutputError):
             return cls(exc.kind, exc.kind, exc.message)
         trace = "".join(traceback.format_exception(exc))

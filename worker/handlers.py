@@ -23,7 +23,7 @@ from jobstream.claims import Claimed
 from jobstream.context import Context, SyncContext
 from jobstream.errors import InvalidOutput, PermanentError
 from jobstream.worker.job_writes import JobWrites
-from jobstream.worker.llm_calls import LLMCalls
+from jobstream.worker.llm_calls import LLMCalls, validation_errors
 from jobstream.worker.previous import Previous
 from jobstream.worker.steps import Steps
 
@@ -128,7 +128,9 @@ async def run_definition(job: JobDefinition, held: Claimed, ctx: HandlerContext)
     try:
         return job.checked_output(result)
     except ValidationError as exc:
-        raise InvalidOutput(f"the job's result does not fit its output model: {exc}") from exc
+        raise InvalidOutput(
+            f"the job's result does not fit its output model: {validation_errors(exc)}"
+        ) from exc
 
 
 async def _handled(job: JobDefinition, value: BaseModel, ctx: HandlerContext) -> Any:

@@ -94,11 +94,12 @@ class LLMCalls(LLM):
             messages if messages is not None else [{"role": "user", "content": prompt or ""}]
         )
         failed = self._previous.failure
-        if failed is not None and failed["class"] == "invalid_output" and failed["text"]:
+        answer = failed.get("answer") or failed.get("text") if failed is not None else None
+        if failed is not None and failed["class"] == "invalid_output" and answer:
             # Asked again, with what was wrong with the last answer (once per budget unit).
             conversation = [
                 *conversation,
-                {"role": "assistant", "content": failed["text"]},
+                {"role": "assistant", "content": answer},
                 {"role": "user", "content": f"That answer does not fit the schema: "
                  f"{failed['message']}. Answer again with only JSON that fits it."},
             ]  # fmt: skip
@@ -126,7 +127,7 @@ class LLMCalls(LLM):
             return model.model_validate_json(text)
         except ValidationError as exc:
             raise InvalidOutput(
-                f"the answer does not fit {model.__name__}: {validation_errors(exc)}"
+                f"the answer does not fit {model.__name__}: {validation_errors(exc)}", text
             ) from exc
 
     def _provider(self, provider: str | None) -> tuple[str, Provider]:

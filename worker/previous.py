@@ -51,6 +51,9 @@ class Previous:
                         "attempt": last.attempt,
                         "text": text,
                     }
+                    if last.error_class == "invalid_output":
+                        # The answer that failed its model (its attempt's row keeps it).
+                        self.failure["answer"] = rows[-1]["error_trace"]
         return self._ended
 
     async def count(self, error_class: str) -> int:

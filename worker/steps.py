@@ -22,7 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from pydantic import TypeAdapter
@@ -83,7 +83,7 @@ class Steps:
         self._landed_now()  # a zombie learns from its last journal, at its next step
         journaled = (await self._load()).get(key)
         if journaled is not None:
-            return await self._replay(journaled, fn)
+            return await self._replay(journaled, fn, args, kwargs)
         run = StepRun(key)
         self._running.runs.append(run)
         token = CURRENT.set(run)
@@ -133,14 +133,16 @@ class Steps:
             rows = await conn.fetch(queries.JOB_STEPS, self._held.job_id)
         return {r["step"]: Journaled(r["result"], r["output"], r["cost_usd"]) for r in rows}
 
-    async def _replay(self, journaled: Journaled, fn: Callable[..., Any]) -> Any:
+    async def _replay(
+        self, journaled: Journaled, fn: Callable[..., Any], args: Any, kwargs: Any
+    ) -> Any:
         for item in journaled.output:
             if "text" in item:
                 self._writes.produce(item["text"])
             else:
                 await self._writes.progress(item["progress"])
         self._spend.replayed_usd += journaled.cost_usd
-        returns = _return_type(fn)
+        returns = _return_type(fn, args, kwargs)
         if returns is None:
             return journaled.result
         return TypeAdapter(returns).validate_python(journaled.result)
@@ -195,13 +197,23 @@ def _landed(landing: asyncio.Future[bool], inbox: Inbox) -> None:
         inbox.put_nowait(LeaseLost("a step's journal was refused: the job moved on"))
 
 
-def _return_type(fn: Callable[..., Any]) -> Any:
-    """What `fn` says it returns, to rebuild a replayed result (a pydantic model, say)."""
+def _return_type(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    """What `fn` says it returns, to rebuild a replayed result (a pydantic model, say). A
+    type variable is what the call bound it to: `ctx.llm.parse(Model, ...)` returns a Model."""
     try:
         hints = typing.get_type_hints(fn)
     except Exception:
         return None
     returns = hints.get("return")
+    if isinstance(returns, TypeVar):
+        try:
+            bound = inspect.signature(fn).bind(*args, **kwargs).arguments
+        except TypeError:
+            return None
+        for name, hint in hints.items():
+            if typing.get_args(hint) == (returns,) and typing.get_origin(hint) is type:
+                return bound.get(name)
+        return None
     if returns in (None, type(None), Any):
         return None
     return returns

@@ -72,10 +72,11 @@ class Worker:
         self._jobs = dict((app if app is not None else load_app(settings.app)).jobs)
         # The names this worker claims: a job of any other name waits for a worker that has it.
         self.job_names = [BUILT_IN_JOB, *sorted(self._jobs)]
-        # Plain `def` handlers and steps run here: a thread for every slot, so none waits for
-        # one with its time limit running (the loop's default pool has min(32, CPUs + 4)).
+        # Plain `def` handlers and steps run here: two threads for every slot (a plain handler
+        # and a plain step it runs), so none waits for one with its time limit running (the
+        # loop's default pool has min(32, CPUs + 4)).
         self._threads = ThreadPoolExecutor(
-            max_workers=settings.worker_concurrency, thread_name_prefix="jobstream-job"
+            max_workers=2 * settings.worker_concurrency, thread_name_prefix="jobstream-job"
         )
         self.worker_id = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self._running: dict[tuple[uuid.UUID, int], Running] = {}

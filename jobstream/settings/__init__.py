@@ -51,7 +51,7 @@ class Settings(ProviderSettings, WorkerSettings, ServerSettings, ProcessSettings
 
     @classmethod
     def for_process(cls, program: str) -> Settings | None:
-        """Settings for `python -m server` / `python -m worker`: None (after one clear line on
+        """Settings for the server's and the worker's processes: None (after one clear line on
         stderr) when they are invalid or name no database, so the caller exits with 2."""
         try:
             settings = cls.from_env()

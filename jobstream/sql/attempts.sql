@@ -256,7 +256,7 @@ SELECT step, result, output, input_tokens, output_tokens, cost_usd, cost_known
 -- name: PREVIOUS_ATTEMPTS
 -- A retried attempt's look back (worker/handlers.py): how each earlier attempt ended, for
 -- ctx.previous_failure and the output error kinds' own retry budgets.
-SELECT attempt, outcome, error_class, error_detail
+SELECT attempt, outcome, error_class, error_detail, error_trace
   FROM job_attempts
  WHERE job_id = $1 AND attempt < $2
  ORDER BY attempt

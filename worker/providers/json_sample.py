@@ -2,9 +2,9 @@
 structured answers (`ctx.llm.parse` with no model behind it).
 
 It reads the schemas pydantic writes: objects with properties (every property, required or
-not), arrays, strings (with their length bounds, enums and a few formats), numbers and integers
-(with their bounds), booleans, null, `const`, `anyOf`/`oneOf` (the first that is not null) and
-`$ref` into `$defs`.
+not), arrays, strings (with their length bounds, enums and a few formats; not `pattern`),
+numbers and integers (with their bounds, exclusive ones too), booleans, null, `const`,
+`anyOf`/`oneOf` (the first that is not null) and `$ref` into `$defs`.
 """
 
 from __future__ import annotations
@@ -60,10 +60,11 @@ class _Sampler:
             case "string":
                 return self._string(schema)
             case "integer":
-                low, high = int(schema.get("minimum", 0)), int(schema.get("maximum", 100))
+                low = int(schema.get("minimum", schema.get("exclusiveMinimum", -1) + 1))
+                high = int(schema.get("maximum", schema.get("exclusiveMaximum", 101) - 1))
                 return self._rng.randint(low, max(low, high))
             case "number":
-                low, high = float(schema.get("minimum", 0)), float(schema.get("maximum", 1))
+                low, high = _bounds(schema)
                 return round(self._rng.uniform(low, max(low, high)), 3)
             case "boolean":
                 return self._rng.random() < 0.5
@@ -79,3 +80,17 @@ class _Sampler:
             words.append(self._rng.choice(_WORDS))
         text = " ".join(words)
         return text[:high] if len(text) > high else text.ljust(low, "x")
+
+
+def _bounds(schema: dict[str, Any]) -> tuple[float, float]:
+    """A number's range, strictly inside exclusive bounds (pydantic's gt and lt)."""
+    low = float(schema.get("minimum", 0))
+    high = float(schema.get("maximum", 1))
+    if "exclusiveMinimum" in schema:
+        low = float(schema["exclusiveMinimum"])
+        high = max(high, low + 1)
+        low += (high - low) / 1000
+    if "exclusiveMaximum" in schema:
+        high = float(schema["exclusiveMaximum"])
+        high -= (high - low) / 1000
+    return low, high

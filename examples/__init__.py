@@ -1,0 +1,1 @@
+"""Apps a newcomer runs: `make run JOBSTREAM_APP=examples.document_analysis:app`."""
