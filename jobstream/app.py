@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -45,7 +46,8 @@ class JobDefinition:
     max_attempts: int = 3
     timeout_s: float = DEFAULT_TIMEOUT_S
     retry_unknown: bool = False
-    # Running jobs of this name across the fleet, at most (None: no cap of its own).
+    # Running jobs of this name across the fleet, at most (None: no cap of its own). Not
+    # enforced yet: a job that sets it warns when its app loads.
     concurrency: int | None = None
     # The most a job may spend across its calls and attempts (overridable per create).
     max_cost_usd: float | None = None
@@ -123,6 +125,13 @@ class App:
             raise ValueError(f"job {name!r}: timeout_s must be 1 to 3600")
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"job {name!r}: concurrency must be at least 1")
+        if concurrency is not None:
+            # Said where the app is loaded, not left for an operator to find out under load.
+            warnings.warn(
+                f"job {name!r}: concurrency={concurrency} is not enforced yet (docs/jobs.md, "
+                "'Not there yet'); the worker's slots and the provider limits still hold",
+                stacklevel=2,
+            )
         if max_cost_usd is not None and max_cost_usd < 0:
             raise ValueError(f"job {name!r}: max_cost_usd must not be negative")
         if not 0 <= invalid_output_retries <= 10:
