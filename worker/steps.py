@@ -70,7 +70,6 @@ class Steps:
         self._loading: asyncio.Future[dict[str, Journaled]] | None = None
         self._seen: dict[str, int] = {}  # names used so far in this run
         self._writing: list[asyncio.Future[bool]] = []  # journals on their way
-        self._is_async: dict[Callable[..., Any], bool] = {}
         self._ids = ids_of(held)
 
     async def run(self, name: str, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
@@ -102,9 +101,13 @@ class Steps:
         return name if n == 0 else f"{name}#{n}"
 
     async def _call(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        is_async = self._is_async.get(fn)
-        if is_async is None:  # a tenth of a no-op step's time, asked every time
-            is_async = self._is_async[fn] = inspect.iscoroutinefunction(fn)
+        # A function's code says whether it is a coroutine function: inspect's answer, without
+        # its unwrapping (a tenth of a no-op step's time).
+        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        if code is not None:
+            is_async = bool(code.co_flags & inspect.CO_COROUTINE)
+        else:
+            is_async = inspect.iscoroutinefunction(fn)
         if is_async:
             return await fn(*args, **kwargs)
         loop = asyncio.get_running_loop()

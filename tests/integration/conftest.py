@@ -14,9 +14,10 @@ from jobstream import db
 from jobstream.server.app import create_app
 from jobstream.settings import Settings
 from jobstream.worker.providers.openai import OpenAIProvider
+from tests.support import user_jobs
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.http_server import http_client, serve
-from tests.support.openai_jobs import KEY
+from tests.support.openai_jobs import KEY, openai_settings
 from tests.support.provider_streams import FIRST_TOKEN_TIMEOUT_S, IDLE_TIMEOUT_S
 from tests.support.webhook_outbox import SECRET
 
@@ -88,3 +89,19 @@ def provider_settings(fake: FakeOpenAI) -> Settings:
 async def provider(provider_settings: Settings) -> AsyncIterator[OpenAIProvider]:
     async with OpenAIProvider(provider_settings) as provider:
         yield provider
+
+
+@pytest.fixture
+def ai_settings(settings: Settings, fake: FakeOpenAI) -> Settings:
+    """Settings with the OpenAI provider pointed at the fake (tests/support/openai_jobs.py)."""
+    return openai_settings(settings, fake.base_url)
+
+
+@pytest.fixture
+async def api(ai_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a live server that creates the test app's jobs (tests/support/user_jobs.py)."""
+    async with (
+        serve(create_app(ai_settings, jobs=user_jobs.app)) as url,
+        http_client(url, timeout=30) as client,
+    ):
+        yield client

@@ -21,7 +21,6 @@ from tests.support.fake_openai import FakeOpenAI, Reply, expected_text, prompt_t
 from tests.support.openai_jobs import (
     billed_usd,
     create_openai_job,
-    openai_settings,
     price,
     tenant_money,
 )
@@ -36,11 +35,6 @@ from tests.support.workers import (
     wait_for_job,
     wait_for_status,
 )
-
-
-@pytest.fixture
-def ai_settings(settings: Settings, fake: FakeOpenAI) -> Settings:
-    return openai_settings(settings, fake.base_url)
 
 
 async def assert_ledger_reconciles(pool: asyncpg.Pool, fake: FakeOpenAI) -> None:

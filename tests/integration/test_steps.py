@@ -6,7 +6,6 @@ output error kinds follow their rules, each try costed.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
@@ -15,13 +14,11 @@ import httpx
 import orjson
 import pytest
 
-from jobstream.server.app import create_app
 from jobstream.settings import Settings
 from tests.integration.test_worker_fencing import LEASE_S, expire_and_reap
 from tests.support import user_jobs
 from tests.support.fake_openai import FakeOpenAI, Reply
-from tests.support.http_server import http_client, serve
-from tests.support.openai_jobs import billed_usd, openai_settings, price, tenant_money
+from tests.support.openai_jobs import billed_usd, price, tenant_money
 from tests.support.polling import eventually
 from tests.support.sse_client import read_stream
 from tests.support.sse_client import reassemble as reassemble_frames
@@ -38,20 +35,6 @@ from tests.support.workers import (
 pytestmark = pytest.mark.timeout(60)
 
 VALID = orjson.dumps({"title": "Leases", "score": 4, "tags": ["durable"]}).decode()
-
-
-@pytest.fixture
-def ai_settings(settings: Settings, fake: FakeOpenAI) -> Settings:
-    return openai_settings(settings, fake.base_url)
-
-
-@pytest.fixture
-async def api(ai_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    async with (
-        serve(create_app(ai_settings, jobs=app)) as url,
-        http_client(url, timeout=30) as client,
-    ):
-        yield client
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,6 @@ import asyncio
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
@@ -17,11 +16,9 @@ import asyncpg
 import httpx
 import pytest
 
-from jobstream.server.app import create_app
 from jobstream.settings import Settings
 from tests.support.fake_openai import FakeOpenAI, Reply
-from tests.support.http_server import http_client, serve
-from tests.support.openai_jobs import billed_usd, openai_settings, tenant_money
+from tests.support.openai_jobs import billed_usd, tenant_money
 from tests.support.polling import eventually, signalled
 from tests.support.sse_client import read_stream
 from tests.support.sse_client import reassemble as reassemble_frames
@@ -37,20 +34,6 @@ from tests.support.workers import (
 )
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def ai_settings(settings: Settings, fake: FakeOpenAI) -> Settings:
-    return openai_settings(settings, fake.base_url)
-
-
-@pytest.fixture
-async def api(ai_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    async with (
-        serve(create_app(ai_settings, jobs=app)) as url,
-        http_client(url, timeout=30) as client,
-    ):
-        yield client
 
 
 async def submit(api: httpx.AsyncClient, job: str, input: dict[str, Any], **envelope: Any) -> str:
