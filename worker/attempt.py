@@ -129,11 +129,15 @@ class AttemptRunner:
             previous=previous,
             max_cost_usd=held.spec.max_cost_usd,
         )
-        steps = Steps(
-            pool, held, self._spend, self._inbox, writes, running, threads=threads,
-            journals=journals,
-        )  # fmt: skip
-        self._ctx = HandlerContext(held, self._llm, writes, steps, previous, threads=threads)
+        # A handler's context and steps: none for the built-in job, whose attempts are the
+        # busiest (a no-op drain spends its worker's time building each attempt's parts).
+        self._ctx: HandlerContext | None = None
+        if job is not None:
+            steps = Steps(
+                pool, held, self._spend, self._inbox, writes, running, threads=threads,
+                journals=journals,
+            )  # fmt: skip
+            self._ctx = HandlerContext(held, self._llm, writes, steps, previous, threads=threads)
         self._provider_stopped = False  # we cancelled the stream and it closed cleanly
         # The outcome write, shielded from cancellation; kept so that a worker that had to
         # cancel this runner can still wait for the write to land.
@@ -201,7 +205,7 @@ class AttemptRunner:
                     wait_until = give_up_at if due_at is None else min(due_at, give_up_at)
                 endings = await self._inbox.take(wait_until)
                 if endings:
-                    if isinstance(endings[0], CancelRequested):
+                    if isinstance(endings[0], CancelRequested) and self._ctx is not None:
                         self._ctx.cancelled.set()
                     return endings[0]  # its pending deltas are written as it settles
                 now = loop.time()
@@ -222,7 +226,8 @@ class AttemptRunner:
             self._lease.release()
             await self._stop(pump)
             self._writes.end()  # a handler still running in a thread can write nothing more
-            self._ctx.end()
+            if self._ctx is not None:
+                self._ctx.end()
             await pull.idle()  # its last write's answer, before settling reads the log
 
     async def _pump(self) -> None:
@@ -233,6 +238,7 @@ class AttemptRunner:
                 await self._built_in()
                 ending = StreamEnded()
             else:
+                assert self._ctx is not None
                 output = await run_definition(self._job, self.held, self._ctx)
                 ending = StreamEnded(output)
         except ProviderError as exc:
@@ -324,7 +330,7 @@ class AttemptRunner:
         if isinstance(ending, LeaseLost):
             log.info("attempt_fenced", reason=ending.reason)
             return "fenced"
-        if not isinstance(ending, StreamEnded):
+        if not isinstance(ending, StreamEnded) and self._ctx is not None:
             # The job may run again: its finished steps' journals first, for the retry to find.
             await self._ctx.steps_landed()
         try:
