@@ -174,7 +174,19 @@ def process_group(output_dir: Path) -> Iterator[Processes]:
 
 @pytest.fixture
 async def stack(process_group: Processes, database_url: str) -> AsyncIterator[Stack]:
-    stack = Stack(process_group, database_url)
+    async with running_stack(process_group, database_url) as started:
+        yield started
+
+
+@contextlib.asynccontextmanager
+async def running_stack(
+    group: Processes, database_url: str, *, app: str | None = None
+) -> AsyncIterator[Stack]:
+    """A started Stack, closed after; `app` is its JOBSTREAM_APP (a module's `stack` fixture
+    that runs jobs of its own, which the `page` fixture then opens)."""
+    stack = Stack(group, database_url)
+    if app is not None:
+        stack.env["JOBSTREAM_APP"] = app
     try:
         await stack.start()
         yield stack

@@ -23,8 +23,14 @@ import pytest
 from playwright.async_api import Locator, Page, ViewportSize, expect
 
 from examples.document_analysis import Document, extract_text
-from tests.e2e.conftest import OUTPUT_DIR, Stack
-from tests.support.job_page import assert_prefixes, expect_finished, open_page, seen
+from tests.e2e.conftest import OUTPUT_DIR, Stack, running_stack
+from tests.support.job_page import (
+    PROGRESS_SCRIPT,
+    assert_prefixes,
+    expect_finished,
+    open_page,
+    seen,
+)
 from tests.support.pdf import pdf_with_text
 from tests.support.processes import Processes
 
@@ -35,21 +41,6 @@ JOB = "document_analysis"
 SCREENSHOTS = Path("/tmp")
 PHONE: ViewportSize = {"width": 390, "height": 844}
 
-# Every state the progress bar takes: null while hidden, else [value, text beside it].
-PROGRESS_SCRIPT = """
-window.__progress = [];
-document.addEventListener("readystatechange", () => {
-  if (document.readyState !== "interactive") return;
-  const box = document.getElementById("progress");
-  const bar = document.querySelector("[data-testid=progress]");
-  const text = document.querySelector("[data-testid=progress-text]");
-  const list = window.__progress;
-  new MutationObserver(() => {
-    const state = box.hidden ? null : [bar.value, text.textContent];
-    if (JSON.stringify(list[list.length - 1]) !== JSON.stringify(state)) list.push(state);
-  }).observe(box, { attributes: true, childList: true, characterData: true, subtree: true });
-});
-"""
 
 MEMO = """Quarterly operations memo
 
@@ -68,13 +59,8 @@ REPORT = [
 @pytest.fixture
 async def stack(process_group: Processes, database_url: str) -> AsyncIterator[Stack]:
     """conftest's stack, running the analyzer: the `page` fixture opens this one."""
-    stack = Stack(process_group, database_url)
-    stack.env["JOBSTREAM_APP"] = APP
-    try:
-        await stack.start()
-        yield stack
-    finally:
-        await stack.aclose()
+    async with running_stack(process_group, database_url, app=APP) as started:
+        yield started
 
 
 @contextmanager

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from playwright.async_api import Locator, Page, expect
 
-from tests.e2e.conftest import OUTPUT_DIR, Stack
+from tests.e2e.conftest import OUTPUT_DIR, Stack, running_stack
 from tests.support.job_page import (
+    PROGRESS_SCRIPT,
     assert_prefixes,
     count_text,
     expect_finished,
@@ -32,21 +33,6 @@ pytestmark = pytest.mark.e2e
 
 APP = "tests.support.page_jobs:app"
 
-# Every state the progress bar takes: null while hidden, else [value, text beside it].
-PROGRESS_SCRIPT = """
-window.__progress = [];
-document.addEventListener("readystatechange", () => {
-  if (document.readyState !== "interactive") return;
-  const box = document.getElementById("progress");
-  const bar = document.querySelector("[data-testid=progress]");
-  const text = document.querySelector("[data-testid=progress-text]");
-  const list = window.__progress;
-  new MutationObserver(() => {
-    const state = box.hidden ? null : [bar.value, text.textContent];
-    if (JSON.stringify(list[list.length - 1]) !== JSON.stringify(state)) list.push(state);
-  }).observe(box, { attributes: true, childList: true, characterData: true, subtree: true });
-});
-"""
 
 DOCUMENT = "Leases renew while a worker lives. A lease that lapses frees the job, and a lease ends."
 
@@ -54,13 +40,8 @@ DOCUMENT = "Leases renew while a worker lives. A lease that lapses frees the job
 @pytest.fixture
 async def stack(process_group: Processes, database_url: str) -> AsyncIterator[Stack]:
     """conftest's stack, with the test app's jobs: the `page` fixture opens this one."""
-    stack = Stack(process_group, database_url)
-    stack.env["JOBSTREAM_APP"] = APP
-    try:
-        await stack.start()
-        yield stack
-    finally:
-        await stack.aclose()
+    async with running_stack(process_group, database_url, app=APP) as started:
+        yield started
 
 
 def steps_text(steps: int) -> str:

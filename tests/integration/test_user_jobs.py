@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 from jobstream.settings import Settings
+from tests.integration.test_worker_fencing import LEASE_S, expire_and_reap
+from tests.support import user_jobs
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.openai_jobs import billed_usd, tenant_money
 from tests.support.polling import eventually, signalled
@@ -195,8 +197,6 @@ async def test_a_cancel_cancels_the_handler_and_closes_its_request(
 async def test_a_zombie_attempt_can_neither_emit_nor_write_progress_nor_complete(
     pool: asyncpg.Pool, ai_settings: Settings, api: httpx.AsyncClient
 ) -> None:
-    from tests.integration.test_worker_fencing import LEASE_S, expire_and_reap
-
     clock = manual_clock()
     settings = ai_settings.replace(lease_s=LEASE_S)
     job_id = await submit(api, "held", {"provider": "gate"})
@@ -208,20 +208,17 @@ async def test_a_zombie_attempt_can_neither_emit_nor_write_progress_nor_complete
         await expire_and_reap(pool, clock)
         first_end = max(e.seq for e in await event_list(pool, uuid.UUID(job_id)))
         # The second attempt takes the job and holds it too.
-        PROBE_FIRST = seen
-        from tests.support import user_jobs
-
-        user_jobs.PROBES[job_id] = second = type(seen)()
+        user_jobs.PROBES[job_id] = second = user_jobs.Probe()
         async with running_worker(
             settings.replace(worker_id="current"), pool=pool, clock=clock, app=app
         ):
             await signalled(second.started.wait(), what="the second attempt holds")
             # The zombie wakes: its progress is refused, and it stops without a word written.
-            PROBE_FIRST.gate.set()
+            seen.gate.set()
             await eventually(
                 lambda: _async(zombie.results), lambda r: r == {"fenced": 1}, what="fenced"
             )
-            assert PROBE_FIRST.refused == ["progress"]
+            assert seen.refused == ["progress"]
             second.gate.set()
             job = await wait_for_status(pool, uuid.UUID(job_id), "succeeded")
     log = await event_list(pool, uuid.UUID(job_id))

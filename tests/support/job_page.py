@@ -118,3 +118,20 @@ async def submit_form(page: Page, tokens: int, speed: float, *, pattern: str = "
     await page.get_by_role("button", name="Start job").click()
     await page.wait_for_url("**/jobs/*")
     return page.url.rsplit("/", 1)[-1]
+
+
+# Every state the progress bar takes: null while hidden, else [value, text beside it].
+PROGRESS_SCRIPT = """
+window.__progress = [];
+document.addEventListener("readystatechange", () => {
+  if (document.readyState !== "interactive") return;
+  const box = document.getElementById("progress");
+  const bar = document.querySelector("[data-testid=progress]");
+  const text = document.querySelector("[data-testid=progress-text]");
+  const list = window.__progress;
+  new MutationObserver(() => {
+    const state = box.hidden ? null : [bar.value, text.textContent];
+    if (JSON.stringify(list[list.length - 1]) !== JSON.stringify(state)) list.push(state);
+  }).observe(box, { attributes: true, childList: true, characterData: true, subtree: true });
+});
+"""
