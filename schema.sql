@@ -203,7 +203,7 @@ CREATE TABLE IF NOT EXISTS job_events (
 );
 
 -- Durable steps of a job's own code (`ctx.step`, worker/steps.py): each finished step once per
--- job, written by the attempt that ran it, fenced by its run token (JOURNAL_STEP), and read by
+-- job, written by the attempt that ran it, fenced by its run token (JOURNAL_STEPS), and read by
 -- every later attempt, which replays it instead of running it again: `result` as the step
 -- returned it (JSON), `output` what it wrote to the job's log in order (`{"text": ...}` and
 -- `{"progress": {...}}` items), and what its model calls used and cost (already in its

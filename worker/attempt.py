@@ -307,14 +307,10 @@ class AttemptRunner:
 
     async def _flush(self) -> None:
         """Write pending deltas (a `token` event per chunk); on a lost connection keep them."""
-        chunks = self._coalescer.take()
-        if not chunks:
-            return
         try:
-            await self._tokens.write(chunks)
+            await self._writes.flush_or_keep()
         except db.DISCONNECTS as exc:
             log.warning("token_flush_failed", error=str(exc) or type(exc).__name__)
-            self._coalescer.put_back(chunks, asyncio.get_running_loop().time())
 
     # --- settling the outcome ---
 

@@ -94,15 +94,16 @@ class JobWrites:
             with self._pull.writing_alone():
                 await self._pull.idle()
                 try:
-                    await self._outcome.persist(self._flush_or_keep)
+                    await self._outcome.persist(self.flush_or_keep)
                     await self._outcome.persist(append)
                 except Fenced:
                     self._inbox.put_nowait(LeaseLost("a progress write was refused"))
                     raise
         self._pull.pending(asyncio.get_running_loop().time())
 
-    async def _flush_or_keep(self) -> None:
-        """Write every pending chunk; on a lost connection keep them and raise (to retry)."""
+    async def flush_or_keep(self) -> None:
+        """Write every pending chunk; on a lost connection keep them (the runner's writes of a
+        log in doubt, a progress event's flush) and raise."""
         chunks = self._coalescer.take()
         if not chunks:
             return

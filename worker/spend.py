@@ -59,11 +59,6 @@ class Spend:
         """A call is open whose request went out: the provider may be working on it."""
         return any(call.request.send_mark.sent for call in self.open)
 
-    @property
-    def output_deltas(self) -> int:
-        """Deltas of the calls still open."""
-        return sum(call.deltas for call in self.open)
-
     def total(self, *, refused_call_billed_nothing: bool = False) -> Usage:
         """The attempt's usage so far. With `refused_call_billed_nothing` (the attempt failed
         with an error the provider answered before doing any work), an open call that produced

@@ -1,8 +1,10 @@
 """Durable steps: `ctx.step(name, fn, ...)` runs `fn` at most once per job to completion.
 
-A step that finishes is journaled in `job_steps` (JOURNAL_STEP: fenced by the run token, one
-round trip) with its result as JSON, what it wrote to the log in order (text and progress) and
-what its model calls cost. A later attempt loads the journal once, at its first step, and a
+A step that finishes is journaled in `job_steps` (JOURNAL_STEPS, by the worker's journal
+writer: fenced by the run token, written while the code goes on) with its result as JSON, what
+it wrote to the log in order (text and progress) and what its model calls cost. A success does
+not wait for its journals; any other end of an attempt does (AttemptRunner._settle), so that a
+retry finds them. A later attempt loads the journal once, at its first step, and a
 journaled step is replayed: its text and progress are written into the new attempt's log (every
 attempt's text is whole), its result comes back without `fn` running, and its cost counts in the
 result's charge (worker/spend.py), not in this attempt's.
