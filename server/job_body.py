@@ -147,8 +147,9 @@ def checked_envelope(
     if webhook_url is not None and not webhook_url.startswith(("http://", "https://")):
         fields.error("webhook_url", "must be an http:// or https:// URL")
     elif webhook_url is not None:
-        # A forbidden literal address is refused now, so the client hears of it instead of the
-        # delivery failing later; a host name is judged by the worker when it resolves it.
+        # A forbidden address or localhost, however spelled, is refused now, so the client hears
+        # of it instead of the delivery failing later; any other name is judged by the worker
+        # when it resolves it.
         refusal = webhook_targets.url_refusal(webhook_url, allow_private=allow_private_webhooks)
         if refusal is not None:
             fields.error("webhook_url", refusal)

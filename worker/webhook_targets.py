@@ -1,4 +1,4 @@
-"""The SSRF guard: a webhook URL must not reach into our own network (DESIGN.md §7).
+"""The SSRF guard: a webhook URL must not reach into our own network (docs/design.md, "Webhooks").
 
 Only globally routable addresses are allowed: an allow-list, since a deny-list of the ranges we
 thought of let through the ones we did not (100.64.0.0/10 holds a cloud metadata service,
@@ -7,17 +7,27 @@ so 6to4 `2002:7f00:1::` is loopback. Every address the host resolves to is check
 private address among public ones is enough to be sent there. Redirects are never followed
 (worker/webhooks.py), so a public endpoint cannot bounce a delivery inward.
 
-Known gap: httpx resolves the host again when it connects, so a DNS answer that changes between
-the check and the request (rebinding) is not caught.
+The host is resolved once, and the delivery connects to the very addresses checked
+(worker/webhook_transport.py): a second lookup by the HTTP client could get another answer
+(DNS rebinding: public for the check, 127.0.0.1 for the connect). Before any lookup, the host
+is read as a resolver would read it (`normal_host`): written in full-width digits or letters,
+with ideographic full stops, or as one octal or hex number, 127.0.0.1 and localhost are refused
+as plainly as `http://127.0.0.1/`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
+import unicodedata
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+import httpx
+import idna
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _v4 = ipaddress.IPv4Network
@@ -75,6 +85,14 @@ class Forbidden:
     def __str__(self) -> str:
         where = f"{self.kind} address {self.address}"
         return where if self.form is None else f"{where} (inside {self.form})"
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The URL may be delivered to, at these addresses only: its host's every answer, checked."""
+
+    host: str  # as the HTTP client connects to it: httpx's raw host (IDNA-encoded)
+    addresses: tuple[IPAddress, ...]
 
 
 @dataclass(frozen=True)
@@ -147,43 +165,117 @@ def literal_address(host: str) -> IPAddress | None:
         pass
     try:
         return ipaddress.IPv4Address(socket.inet_aton(host))
-    except (OSError, UnicodeError):
+    except (OSError, ValueError):  # ValueError: a NUL; UnicodeError (one) for non-ASCII
         return None
 
 
-def url_refusal(url: str, *, allow_private: bool) -> str | None:
-    """Why `url` cannot be a webhook target, judged without a DNS lookup; None when it may be.
+# A full stop that resolvers and URL parsers read as "." (UTS 46): NFKC folds the full-width
+# U+FF0E into ".", and the half-width U+FF61 only as far as this one.
+_IDEOGRAPHIC_FULL_STOP = str.maketrans({"\u3002": "."})
 
-    For create-time validation: a URL with no host, or naming a forbidden address outright
-    (unless `allow_private`). A host name is judged later, by `check`, when it is resolved.
-    """
+
+def normal_host(host: str) -> str:
+    """`host` as a resolver reads it: compatibility forms folded (NFKC: full-width letters and
+    digits), ideographic full stops as dots, lower case, no root dot, a Unicode name as its IDNA
+    A-label. Raises UnicodeError (idna.IDNAError) for a name IDNA refuses."""
+    folded = unicodedata.normalize("NFKC", host).translate(_IDEOGRAPHIC_FULL_STOP).lower()
+    folded = folded.removesuffix(".")  # "localhost." is "localhost", fully qualified
+    if folded.isascii():
+        return folded
+    return idna.encode(folded, uts46=True).decode("ascii")
+
+
+def _named_refusal(host: str) -> str | None:
+    """What forbidden place the normalised `host` names without a lookup, or None."""
+    address = literal_address(host)
+    if address is not None:
+        verdict = forbidden(address)
+        return None if verdict is None else str(verdict)
+    if host == "localhost" or host.endswith(".localhost"):
+        return f"loopback name {host}"  # RFC 6761: resolvers answer it with loopback
+    return None
+
+
+def _hosts(url: str) -> tuple[str, ...] | str:
+    """The URL's host, normalised, as each parser that reads it sees it (urllib's; httpx's, which
+    the delivery uses, when it can parse the URL); or why there is none."""
     try:
         host = urlsplit(url).hostname
     except ValueError as exc:
         return f"is not a valid URL: {exc}"
     if not host:
         return "has no host"
-    address = None if allow_private else literal_address(host)
-    verdict = None if address is None else forbidden(address)
-    return None if verdict is None else f"must reach a public address; {verdict} is not"
-
-
-async def check(url: str, *, timeout_s: float) -> Refused | Unresolved | None:
-    """Whether `url` may be delivered to now: None when it may.
-
-    A host that does not resolve (or not within `timeout_s`: the lookup runs in a thread that
-    cannot be cancelled, so we stop waiting for it) is Unresolved, to be retried.
-    """
+    seen = [host]
+    with contextlib.suppress(httpx.InvalidURL):  # said after a forbidden host is named
+        seen.append(httpx.URL(url).raw_host.decode("ascii"))
     try:
-        host = urlsplit(url).hostname
-    except ValueError as exc:
+        return tuple(dict.fromkeys(normal_host(h) for h in seen))
+    except UnicodeError as exc:
+        return f"has a host that is not a valid host name: {exc}"
+
+
+def url_refusal(url: str, *, allow_private: bool) -> str | None:
+    """Why `url` cannot be a webhook target, judged without a DNS lookup; None when it may be.
+
+    For create-time validation: a URL with no usable host, one httpx cannot send to, or one whose
+    host names a forbidden address or localhost outright, in any spelling (unless
+    `allow_private`). Any other host name is judged later, by `check`, when it is resolved.
+    """
+    hosts = _hosts(url)
+    if isinstance(hosts, str):
+        return hosts
+    for host in () if allow_private else hosts:
+        named = _named_refusal(host)
+        if named is not None:
+            return f"must reach a public address; {named} is not"
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        return f"is not a valid URL: {exc}"
+    return None
+
+
+Resolve = Callable[[str], Awaitable[Sequence[str]]]
+"""A host name's addresses, as text; raises OSError when it does not resolve."""
+
+
+async def system_resolve(host: str) -> list[str]:
+    """The event loop's getaddrinfo: what httpx would have asked when it connects."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return [str(sockaddr[0]) for *_, sockaddr in infos]
+
+
+_ALLOW_HINT = "JOBSTREAM_WEBHOOK_ALLOW_PRIVATE=true allows it"
+
+
+async def check(
+    url: str, *, timeout_s: float, resolve: Resolve = system_resolve
+) -> Allowed | Refused | Unresolved:
+    """Whether `url` may be delivered to now, and if so at which addresses: all the host's
+    answers, resolved once by `resolve`. One forbidden answer among public ones refuses the name
+    whole: the connect might have picked it.
+
+    A host that does not resolve (or not within `timeout_s`: the default lookup runs in a thread
+    that cannot be cancelled, so we stop waiting for it) is Unresolved, to be retried.
+    """
+    hosts = _hosts(url)
+    if isinstance(hosts, str):
+        return Refused(f"webhook URL {hosts}: {url!r}")
+    for host in hosts:
+        named = _named_refusal(host)
+        if named is not None:
+            return Refused(f"refused: webhook host {host!r} is {named} ({_ALLOW_HINT})")
+    try:
+        # The host exactly as httpx connects to it: the pin is keyed on it.
+        host = httpx.URL(url).raw_host.decode("ascii")
+    except httpx.InvalidURL as exc:
         return Refused(f"webhook URL is not valid: {exc}")
-    if not host:
-        return Refused(f"webhook URL has no host: {url!r}")
-    loop = asyncio.get_running_loop()
+    address = literal_address(host)
+    if address is not None:
+        return Allowed(host, (address,))  # a literal: judged above, nothing to look up
     try:
         async with asyncio.timeout(timeout_s):
-            infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            answers = await resolve(host)
     except TimeoutError:
         return Unresolved(f"webhook host {host!r} did not resolve within {timeout_s:g} s")
     except UnicodeError as exc:
@@ -191,12 +283,17 @@ async def check(url: str, *, timeout_s: float) -> Refused | Unresolved | None:
         return Refused(f"webhook host {host!r} is not a valid host name: {exc}")
     except OSError as exc:
         return Unresolved(f"webhook host {host!r} does not resolve: {exc}")
-    for *_, sockaddr in infos:
-        address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+    try:
+        addresses = tuple(dict.fromkeys(ipaddress.ip_address(a.split("%", 1)[0]) for a in answers))
+    except ValueError as exc:
+        return Unresolved(f"webhook host {host!r} resolved to no address: {exc}")
+    if not addresses:
+        return Unresolved(f"webhook host {host!r} resolved to no address")
+    for address in addresses:
         verdict = forbidden(address)
         if verdict is not None:
+            among = "" if len(addresses) == 1 else f", one of its {len(addresses)} addresses"
             return Refused(
-                f"refused: webhook host {host!r} resolves to {verdict} "
-                "(JOBSTREAM_WEBHOOK_ALLOW_PRIVATE=true allows it)"
+                f"refused: webhook host {host!r} resolves to {verdict}{among} ({_ALLOW_HINT})"
             )
-    return None
+    return Allowed(host, addresses)

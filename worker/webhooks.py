@@ -1,11 +1,12 @@
-"""Webhook delivery: sends the outbox rows jobstream/outbox.py writes (DESIGN.md §7).
+"""Webhook delivery: sends the outbox rows jobstream/outbox.py writes (docs/design.md, "Webhooks").
 
 One loop per worker claims due rows (`FOR UPDATE SKIP LOCKED`, so workers share the work),
 posts each with Standard Webhooks headers, and records the answer: 2xx is `delivered`; anything
 else, a host that does not resolve included, retries with jittered exponential backoff until
 `webhook_max_attempts`, then `failed`. A forbidden target (worker/webhook_targets.py) is given up
-at once. Delivery is at least once: receivers dedupe on `webhook-id`, which stays the same across
-retries.
+at once; an allowed one is posted to at the addresses its check resolved, never to a second
+lookup's (worker/webhook_transport.py). Delivery is at least once: receivers dedupe on
+`webhook-id`, which stays the same across retries.
 
 A claim holds its row for the try's deadline plus a margin; every mark of the outcome is fenced
 on the claim (jobstream/sql/webhooks.sql), so a sender that outlived its hold records nothing over
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import httpcore
 import httpx
 import orjson
 import structlog
@@ -29,7 +31,7 @@ from jobstream import db
 from jobstream.clock import Clock
 from jobstream.settings import Settings
 from jobstream.sql import queries
-from jobstream.worker import signatures, webhook_targets
+from jobstream.worker import signatures, webhook_targets, webhook_transport
 from jobstream.worker.retry import Backoff
 
 log = structlog.get_logger(__name__)
@@ -86,13 +88,25 @@ class Delivery:
 
 
 class WebhookSender:
+    """`resolve` looks a receiver's host up (the loop's getaddrinfo unless given); `network`
+    dials the addresses it answered (anyio's sockets unless given)."""
+
     def __init__(
-        self, pool: asyncpg.Pool, settings: Settings, *, clock: Clock, rng: random.Random
+        self,
+        pool: asyncpg.Pool,
+        settings: Settings,
+        *,
+        clock: Clock,
+        rng: random.Random,
+        resolve: webhook_targets.Resolve = webhook_targets.system_resolve,
+        network: httpcore.AsyncNetworkBackend | None = None,
     ) -> None:
         self._pool = pool
         self._settings = settings
         self._clock = clock
         self._rng = rng
+        self._resolve = resolve
+        self._network = network
         self._backoff = Backoff(settings.webhook_backoff_base_s, settings.webhook_backoff_max_s)
 
     @property
@@ -100,12 +114,18 @@ class WebhookSender:
         """How long a claim keeps other workers off its row."""
         return self._settings.webhook_timeout_s + RECORD_MARGIN_S
 
+    def client(self) -> httpx.AsyncClient:
+        """The client to deliver with: it connects only to checked addresses (unless private
+        targets are allowed) and follows no redirects."""
+        return webhook_transport.client(
+            timeout_s=self._settings.webhook_timeout_s,
+            require_pin=not self._settings.webhook_allow_private,
+            network=self._network,
+        )
+
     async def run(self) -> None:
         """Deliver until cancelled; a full batch means more are due, so look again at once."""
-        # Redirects are not followed: a public URL could otherwise bounce us into our network.
-        async with httpx.AsyncClient(
-            timeout=self._settings.webhook_timeout_s, follow_redirects=False
-        ) as http:
+        async with self.client() as http:
             while True:
                 sent = await self._round(http)
                 if sent < BATCH:
@@ -121,7 +141,8 @@ class WebhookSender:
         return 0
 
     async def deliver_due(self, http: httpx.AsyncClient) -> int:
-        """Claim the due deliveries and send them concurrently; returns how many were claimed."""
+        """Claim the due deliveries and send them concurrently through `http`, one of
+        `client()`'s; returns how many were claimed."""
         rows = await self._pool.fetch(
             queries.CLAIM_WEBHOOK_DELIVERIES, self._clock.now(), BATCH, self.hold_s
         )
@@ -138,23 +159,27 @@ class WebhookSender:
         # timeout bounds each phase (connect, each read), so a receiver trickling its answer
         # would otherwise keep one POST going long past the claim.
         deadline = asyncio.get_running_loop().time() + timeout_s
+        target: webhook_targets.Allowed | None = None
         if not self._settings.webhook_allow_private:
-            match await webhook_targets.check(url, timeout_s=timeout_s):
+            match await webhook_targets.check(url, timeout_s=timeout_s, resolve=self._resolve):
                 case webhook_targets.Refused(reason):
                     return GiveUp(reason)
                 case webhook_targets.Unresolved(reason):
                     return FailedTry(reason)  # a resolver outage heals: retry with backoff
-                case None:
+                case webhook_targets.Allowed() as target:
                     pass
         body = orjson.dumps(delivery.payload)
         headers = await self._headers(delivery, body)
         try:
             async with asyncio.timeout_at(deadline):
-                response = await http.post(url, content=body, headers=headers)
+                with webhook_transport.pinned(target):
+                    response = await http.post(url, content=body, headers=headers)
         except TimeoutError:
             return FailedTry(f"no answer within the {timeout_s:g} s deadline")
         except httpx.InvalidURL as exc:
             return GiveUp(f"webhook URL is not valid: {exc}")
+        except webhook_transport.Unpinned as exc:
+            return GiveUp(f"not sent: {exc}")
         except httpx.HTTPError as exc:
             return FailedTry(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
         if response.is_success:

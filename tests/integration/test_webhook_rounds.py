@@ -39,13 +39,6 @@ def resolver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Resolver]:
         yield fake
 
 
-@asynccontextmanager
-async def http_for(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """The client WebhookSender.run makes: the settings' timeout, no redirects."""
-    async with http_client(timeout=settings.webhook_timeout_s, follow_redirects=False) as http:
-        yield http
-
-
 async def pending_delivery(pool: asyncpg.Pool, url: str, clock: ManualClock) -> uuid.UUID:
     """A job whose delivery row is due at `clock`'s now: it was cancelled before it ran."""
     job_id = await create_job(pool, webhook_url=url)
@@ -71,7 +64,7 @@ async def test_a_host_whose_lookup_fails_is_retried_with_backoff_not_given_up(
     clock = manual_clock()
     job_id = await pending_delivery(pool, "https://hooks.example.com/jobstream", clock)
     webhooks = WebhookSender(pool, strict, clock=clock, rng=random.Random(9))
-    async with http_for(strict) as http:
+    async with webhooks.client() as http:
         assert await webhooks.deliver_due(http) == 1
         row = await the_delivery(pool, job_id)
         # A resolver outage heals: the delivery waits out a backoff instead of being dropped.
@@ -98,7 +91,7 @@ async def test_a_lookup_that_hangs_ends_at_the_deadline_and_is_retried(
     clock = manual_clock()
     job_id = await pending_delivery(pool, "https://hooks.example.com/jobstream", clock)
     webhooks = WebhookSender(pool, strict, clock=clock, rng=random.Random(9))
-    async with http_for(strict) as http, asyncio.timeout(5):
+    async with webhooks.client() as http, asyncio.timeout(5):
         assert await webhooks.deliver_due(http) == 1
     row = await the_delivery(pool, job_id)
     assert (row["status"], row["attempts"]) == ("pending", 1)
@@ -133,7 +126,7 @@ async def test_one_deadline_bounds_the_whole_post_not_each_read(
         webhooks = WebhookSender(pool, timed, clock=clock, rng=random.Random(9))
         loop = asyncio.get_running_loop()
         started = loop.time()
-        async with http_for(timed) as http, asyncio.timeout(3):
+        async with webhooks.client() as http, asyncio.timeout(3):
             assert await webhooks.deliver_due(http) == 1
         assert loop.time() - started < 2.5
     row = await the_delivery(pool, job_id)
@@ -151,7 +144,7 @@ async def test_a_late_senders_failure_does_not_turn_a_delivered_row_back_to_pend
         job_id = await pending_delivery(pool, receiver.url, clock)
         a = WebhookSender(pool, hook_settings, clock=clock, rng=random.Random(1))
         b = WebhookSender(pool, hook_settings, clock=clock, rng=random.Random(2))
-        async with http_for(hook_settings) as http:
+        async with a.client() as http:  # the client WebhookSender.run makes
             late = asyncio.create_task(a.deliver_due(http), name="late-sender")
             await eventually(lambda: requests_seen(receiver), lambda n: n == 1, what="A sent")
             clock.advance(3600)  # A's hold runs out while its POST is still under way
@@ -176,7 +169,7 @@ async def test_a_late_senders_success_does_not_overwrite_a_newer_claims_outcome(
         # B refuses the loopback receiver: it records a give-up without sending.
         strict = hook_settings.replace(webhook_allow_private=False)
         b = WebhookSender(pool, strict, clock=clock, rng=random.Random(2))
-        async with http_for(hook_settings) as http:
+        async with a.client() as http:  # the client WebhookSender.run makes
             late = asyncio.create_task(a.deliver_due(http), name="late-sender")
             await eventually(lambda: requests_seen(receiver), lambda n: n == 1, what="A sent")
             clock.advance(3600)

@@ -1,5 +1,6 @@
-"""The SSRF guard: only globally routable addresses, judged through IPv6 transition forms; a
-host that does not resolve is retried, never given up."""
+"""The SSRF guard: only globally routable addresses, judged through IPv6 transition forms; a host
+read as a resolver reads it, however it is spelled; every answer of a name checked, one forbidden
+answer refusing it whole; a host that does not resolve is retried, never given up."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from jobstream.worker import webhook_targets
-from jobstream.worker.webhook_targets import Refused, Unresolved
+from jobstream.worker.webhook_targets import Allowed, Refused, Unresolved
 from tests.support.resolver import Resolver, fake_resolver
 
 # A Teredo address (2001::/32) whose server is 65.54.227.120 and whose client, stored inverted
@@ -103,14 +104,86 @@ def test_a_forbidden_literal_address_is_refused_without_a_lookup(
     assert resolver.lookups == []
 
 
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("http://0x7f000001/hook", "loopback address 127.0.0.1"),
+        ("http://0177.0.0.1/hook", "loopback address 127.0.0.1"),  # octal
+        ("http://017700000001/hook", "loopback address 127.0.0.1"),
+        ("http://0xa9.0xfe.0xa9.0xfe/hook", "link-local address 169.254.169.254"),
+        ("http://127.0.0.1./hook", "loopback address 127.0.0.1"),  # the root's dot
+        # Full-width digits and letters, ideographic and full-width full stops: read as a
+        # resolver or IDNA reads them, they are 127.0.0.1 and localhost.
+        ("http://\uff11\uff12\uff17.0.0.1/hook", "loopback address 127.0.0.1"),
+        ("http://127\u30020\u30020\u30021/hook", "loopback address 127.0.0.1"),
+        ("http://127\uff0e0\uff0e0\uff0e1/hook", "loopback address 127.0.0.1"),
+        ("http://127\uff610\uff610\uff611/hook", "loopback address 127.0.0.1"),
+        ("http://\uff10\uff58\uff17\uff46.1/hook", "loopback address 127.0.0.1"),  # 0x7f.1
+        (
+            "http://\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54/hook",
+            "loopback name localhost",
+        ),
+        # localhost names: RFC 6761 has resolvers answer them with loopback.
+        ("http://localhost:8080/hook", "loopback name localhost"),
+        ("http://LocalHost./hook", "loopback name localhost"),
+        ("http://api.localhost/hook", "loopback name api.localhost"),
+        ("http://\u24dbocalhost/hook", "loopback name localhost"),  # a circled l
+    ],
+)
+def test_a_forbidden_host_in_another_spelling_is_refused_without_a_lookup(
+    url: str, named: str, resolver: Resolver
+) -> None:
+    refusal = webhook_targets.url_refusal(url, allow_private=False)
+    assert refusal == f"must reach a public address; {named} is not"
+    # Allowed, the host is not refused for where it leads (a spelling httpx cannot send to
+    # still is, for that).
+    allowed = webhook_targets.url_refusal(url, allow_private=True)
+    assert allowed is None or allowed.startswith("is not a valid URL"), allowed
+    assert resolver.lookups == []
+
+
 def test_a_name_or_a_public_address_is_left_to_the_worker(resolver: Resolver) -> None:
-    for url in ("https://hooks.example.com/x", "https://93.184.216.34/x", "http://[2606:4700::1]/"):
-        assert webhook_targets.url_refusal(url, allow_private=False) is None
+    for url in (
+        "https://hooks.example.com/x",
+        "https://93.184.216.34/x",
+        "http://[2606:4700::1]/",
+        "https://b\u00fccher.example/x",  # an IDNA name
+        "https://localhost.example.com/x",  # not under .localhost
+        "https://1572395042/x",  # 93.184.216.34 as one number
+    ):
+        assert webhook_targets.url_refusal(url, allow_private=False) is None, url
     assert resolver.lookups == []  # a create never waits on DNS
 
 
 @pytest.mark.parametrize(
-    ("url", "why"), [("http://[::1/x", "not a valid URL"), ("http://", "host")]
+    ("host", "normal"),
+    [
+        ("\uff11\uff12\uff17.0.0.1", "127.0.0.1"),
+        ("127\u30020\uff0e0\uff611", "127.0.0.1"),
+        ("\uff2c\uff2f\uff23\uff21\uff2c\uff28\uff2f\uff33\uff34.", "localhost"),
+        ("B\u00fccher.Example", "xn--bcher-kva.example"),
+        ("hooks.example.com", "hooks.example.com"),
+    ],
+)
+def test_a_host_is_read_as_a_resolver_reads_it(host: str, normal: str) -> None:
+    assert webhook_targets.normal_host(host) == normal
+
+
+def test_a_url_httpx_cannot_send_to_is_refused_whatever_the_setting() -> None:
+    # Full-width digits in a name httpx would have to IDNA-encode: it refuses the URL.
+    url = "http://hooks\uff11.example.com/x"
+    for allow_private in (False, True):
+        refusal = webhook_targets.url_refusal(url, allow_private=allow_private)
+        assert refusal is not None and refusal.startswith("is not a valid URL"), refusal
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://[::1/x", "not a valid URL"),
+        ("http://", "host"),
+        ("http://\x00/hook", "not a valid URL"),  # once an uncaught error of inet_aton
+    ],
 )
 def test_a_url_without_a_usable_host_is_refused_whatever_the_setting(url: str, why: str) -> None:
     for allow_private in (False, True):
@@ -123,8 +196,13 @@ async def test_a_url_naming_a_loopback_address_is_refused() -> None:
     assert isinstance(verdict, Refused) and "loopback address 127.0.0.1" in verdict.reason
 
 
-async def test_a_public_literal_address_is_allowed() -> None:
-    assert await webhook_targets.check("https://93.184.216.34/hook", timeout_s=5) is None
+async def test_a_public_literal_address_is_allowed_without_a_lookup() -> None:
+    unused = Resolver()
+    verdict = await webhook_targets.check(
+        "https://93.184.216.34/hook", timeout_s=5, resolve=unused.resolve
+    )
+    assert verdict == Allowed("93.184.216.34", (ipaddress.ip_address("93.184.216.34"),))
+    assert unused.lookups == []
 
 
 async def test_a_host_whose_lookup_fails_is_unresolved_not_refused(resolver: Resolver) -> None:
@@ -145,3 +223,46 @@ async def test_a_host_that_is_no_dns_name_is_refused() -> None:
     # A 64-character label: IDNA refuses it before any lookup, and it never will resolve.
     verdict = await webhook_targets.check(f"https://{'a' * 64}.example.com/x", timeout_s=5)
     assert isinstance(verdict, Refused) and "not a valid host name" in verdict.reason
+
+
+async def test_every_answer_of_a_name_is_checked_and_kept_for_the_connect() -> None:
+    resolver = Resolver()
+    resolver.answers["hooks.example.com"] = [["93.184.216.34", "2606:4700::1111", "93.184.216.34"]]
+    verdict = await webhook_targets.check(
+        "https://hooks.example.com/x", timeout_s=5, resolve=resolver.resolve
+    )
+    addresses = (ipaddress.ip_address("93.184.216.34"), ipaddress.ip_address("2606:4700::1111"))
+    assert verdict == Allowed("hooks.example.com", addresses)
+    assert resolver.lookups == ["hooks.example.com"]  # once: the connect does not ask again
+
+
+async def test_a_name_with_one_forbidden_answer_among_public_ones_is_refused_whole() -> None:
+    resolver = Resolver()
+    resolver.answers["hooks.example.com"] = [["93.184.216.34", "127.0.0.1"]]
+    verdict = await webhook_targets.check(
+        "https://hooks.example.com/x", timeout_s=5, resolve=resolver.resolve
+    )
+    assert verdict == Refused(
+        "refused: webhook host 'hooks.example.com' resolves to loopback address 127.0.0.1, "
+        "one of its 2 addresses (JOBSTREAM_WEBHOOK_ALLOW_PRIVATE=true allows it)"
+    )
+
+
+async def test_a_localhost_name_is_refused_before_any_lookup() -> None:
+    resolver = Resolver()
+    verdict = await webhook_targets.check(
+        "http://\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54:9/hook",
+        timeout_s=5,
+        resolve=resolver.resolve,
+    )
+    assert isinstance(verdict, Refused) and "loopback name localhost" in verdict.reason
+    assert resolver.lookups == []
+
+
+async def test_a_literal_in_another_spelling_is_refused_at_delivery_too() -> None:
+    resolver = Resolver()
+    for url in ("http://127\u30020\u30020\u30021/hook", "http://0x7f000001/hook"):
+        verdict = await webhook_targets.check(url, timeout_s=5, resolve=resolver.resolve)
+        assert isinstance(verdict, Refused), url
+        assert "loopback address 127.0.0.1" in verdict.reason
+    assert resolver.lookups == []
