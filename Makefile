@@ -68,7 +68,10 @@ fuzz: $(STAMP)
 	$(BIN)/python -m tests.e2e.fuzz $(FUZZ_ARGS)
 
 ## Kill -9 workers every ~2 s, restart servers and PostgreSQL under followed jobs, then check
-## every job and every follower (about 3 minutes; `make test` runs a short one).
+## every job and every follower (about 3 minutes; `make test` runs a short one). CHAOS_ARGS:
+## --seconds (150), --jobs (300), --seed N (replays a run's faults), --compact-after S (the
+## workers' JOBSTREAM_COMPACT_AFTER_S, 60: below --seconds, so the janitor compacts finished jobs'
+## logs while others run and are followed), e.g. "--seconds 90 --jobs 180 --compact-after 20".
 chaos: $(STAMP)
 	$(BIN)/python -m tests.e2e.chaos $(CHAOS_ARGS)
 

@@ -15,13 +15,19 @@ from jobstream.server.problems import Problem, not_found
 from jobstream.server.state import AppState
 
 
-async def missing(app: AppState, job_id: uuid.UUID, tenant_id: str | None) -> Problem:
-    """The problem to raise for a job id that names no job (`tenant_id` None: a signed token)."""
+async def missing(
+    app: AppState, job_id: uuid.UUID, tenant_id: str | None, *, name: str | None = None
+) -> Problem:
+    """The problem to raise for a job id that names no job (`tenant_id` None: a signed token).
+
+    `name` is how the answer calls the job, `job <id>` by default (/v1: `response resp_...`).
+    """
+    name = name or f"job {job_id}"
     deleted_at = await retention.deleted_at(app.pool, job_id, tenant_id)
     if deleted_at is None:
-        return not_found(f"No job {job_id}.")
+        return not_found(f"No {name}.")
     return Problem(
         410, "gone", "Gone",
-        f"Job {job_id} ended longer ago than its retention and was deleted at"
+        f"{name[:1].upper()}{name[1:]} ended longer ago than its retention and was deleted at"
         f" {deleted_at.isoformat()}.",
     )  # fmt: skip

@@ -1,7 +1,8 @@
 """Errors under /v1 in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`.
 
 The SDKs raise their typed exceptions from the status code (404 NotFoundError, 401
-AuthenticationError, 429 RateLimitError...) and read the message from this body. The status codes
+AuthenticationError, 429 RateLimitError...; a 410, a response retention deleted, has no class
+of its own: the base APIStatusError) and read the message from this body. The status codes
 and headers are the ones the rest of the API sends: only the body's shape changes, so that one
 set of handlers decides every error.
 """

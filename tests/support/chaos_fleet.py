@@ -40,7 +40,11 @@ class Fleet:
             "JOBSTREAM_DB_CONNECT_TIMEOUT_S": "120",
             # Every third job is one of the test app's own (tests/support/chaos.py).
             "JOBSTREAM_APP": "tests.support.user_jobs:app",
+            # The janitor looks for logs to compact every second, not every five.
+            "JOBSTREAM_JANITOR_INTERVAL_S": "1",
         }
+        if plan.compact_after_s is not None:
+            self.env["JOBSTREAM_COMPACT_AFTER_S"] = str(plan.compact_after_s)
         self.ports = [free_port() for _ in range(plan.servers)]
         self.urls = [f"http://127.0.0.1:{port}" for port in self.ports]
         self.workers: list[ManagedProcess] = []
@@ -121,7 +125,9 @@ class Fleet:
 
 class Reader:
     """One follower of a job: resumes from its cursor after any failure; a choppy one also hangs
-    up now and then on purpose, as a phone on a train does."""
+    up now and then on purpose, as a phone on a train does. Sent `resync` (its cursor inside a
+    range the janitor compacted), it reads the snapshot and goes on from its `last_seq`, as the
+    page and `jobstream follow` do; the snapshot is kept in the event (`snapshot`)."""
 
     def __init__(
         self, client: httpx.AsyncClient, job_id: str, *, choppy: bool, rng: random.Random
@@ -130,7 +136,9 @@ class Reader:
         self.seen: list[dict[str, Any]] = []
         self.reconnects = 0
         self.hangups = 0
+        self.resyncs = 0
         self.error: str | None = None  # why it stopped before the end, if it did
+        self._client = client
         self._choppy = choppy
         self._rng = rng
         self._follower = Follower(
@@ -144,9 +152,30 @@ class Reader:
     async def _run(self) -> None:
         try:
             async for event in self._follower.events():
+                if event["type"] == "resync":
+                    self.resyncs += 1
+                    snapshot = await self._snapshot()
+                    self.seen.append({**event, "snapshot": snapshot})
+                    self._follower.resume_from(snapshot["last_seq"])
+                    continue
                 self.seen.append(event)
                 if self._choppy and event["type"] != "done" and self._rng.random() < 0.1:
                     self.hangups += 1
                     self._follower.resume_from(self._follower.cursor)
         except FollowError as exc:  # a 4xx: the server refused this reader for good
             self.error = str(exc)
+
+    async def _snapshot(self) -> dict[str, Any]:
+        """The job as GET /api/jobs/{id} shows it, asked until a server answers."""
+        while True:
+            try:
+                response = await self._client.get(f"/api/jobs/{self.job_id}")
+                if response.status_code < 500:
+                    if response.status_code != 200:
+                        raise FollowError(response.status_code, response.text[:200])
+                    snapshot: dict[str, Any] = response.json()
+                    return snapshot
+            except httpx.TransportError:
+                pass
+            self.reconnects += 1
+            await asyncio.sleep(0.2)

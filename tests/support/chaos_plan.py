@@ -16,6 +16,9 @@ class Plan:
     postgres_restart_every_s: float = 25.0
     tokens: tuple[int, int] = (30, 90)  # per job, at 40 tokens/s: about 1-2 s of streaming
     settle_timeout_s: float = 90.0  # after the faults stop, for every job and follower to end
+    # JOBSTREAM_COMPACT_AFTER_S for the workers (None: the default, 5 minutes). Below the run's
+    # length, the janitor compacts jobs' logs while others run and followers read.
+    compact_after_s: float | None = None
 
 
 @dataclass
@@ -31,6 +34,9 @@ class Figures:
     followers: int = 0
     follower_reconnects: int = 0  # after a dropped connection or a refused one
     follower_hangups: int = 0  # readers that hung up on purpose and resumed from their cursor
+    follower_resyncs: int = 0  # cursors inside a compacted range: resumed from the snapshot
+    logs_compacted: int = 0  # jobs whose log the janitor had compacted when it was checked
+    followers_of_compacted: int = 0  # readers that received compacted events
     events_checked: int = 0
     elapsed_s: float = 0.0
     problems: list[str] = field(default_factory=list)  # every promise broken; empty: all held
@@ -44,7 +50,9 @@ class Figures:
             f"postgres restarts:  {self.postgres_restarts} (immediate stop: a crash, then start)",
             f"create retries:     {self.create_retries}",
             f"followers:          {self.followers} ({self.follower_reconnects} reconnects, "
-            f"{self.follower_hangups} deliberate hang-ups)",
+            f"{self.follower_hangups} deliberate hang-ups, {self.follower_resyncs} resyncs)",
+            f"compacted logs:     {self.logs_compacted} when checked; {self.followers_of_compacted}"
+            f" followers received compacted events",
             f"events checked:     {self.events_checked}",
             f"time:               {self.elapsed_s:.0f} s",
             f"problems:           {len(self.problems)}",
