@@ -1,9 +1,10 @@
--- jobstream schema: the single source of truth for the data model (DESIGN.md §3).
+-- jobstream schema: the single source of truth for the data model (docs/design.md, "The data
+-- model").
 -- A fresh database gets this file whole; an older one gets the migrations/ after its recorded
 -- version and then the routines at the end of this file (jobstream/migrations.py,
 -- docs/architecture.md). Change a table in both: a test checks that the migrations lead to
 -- exactly this schema.
--- schema-version: 14
+-- schema-version: 15
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -15,7 +16,15 @@ CREATE TABLE IF NOT EXISTS tenants (
     name             text NOT NULL,
     -- sha256 hex of the API key; the key itself is never stored.
     api_key_hash     text UNIQUE,
-    max_running      integer NOT NULL DEFAULT 16 CHECK (max_running > 0),
+    -- Bumped by every rotation and revocation: an events token names the generation it was
+    -- issued under and dies with it (server/stream_tokens.py).
+    key_generation   integer NOT NULL DEFAULT 1,
+    -- The key a rotation replaced, still accepted until previous_key_until (the grace period).
+    previous_key_hash  text UNIQUE,
+    previous_key_until timestamptz,
+    -- NULL: a fair share of the fleet's slots (claim_jobs), never all of them while another
+    -- tenant could want one.
+    max_running      integer CHECK (max_running > 0),
     create_rate_per_min integer CHECK (create_rate_per_min > 0),
     -- NULL budget means unlimited. Money is numeric USD, never float. What is reserved and
     -- spent lives in tenant_ledger, sharded, so that no single row is written by every job.
@@ -42,6 +51,9 @@ CREATE TABLE IF NOT EXISTS tenant_ledger (
     shard        smallint NOT NULL CHECK (shard BETWEEN 0 AND 15),
     reserved_usd numeric(18, 8) NOT NULL DEFAULT 0,
     spent_usd    numeric(18, 8) NOT NULL DEFAULT 0 CHECK (spent_usd >= 0),
+    -- The bytes of the inputs of the tenant's jobs (jobs.input_bytes), booked with the
+    -- reservation and given back when retention deletes the job: the storage bound's measure.
+    stored_bytes bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant_id, shard)
 );
 
@@ -108,7 +120,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_at          timestamptz NOT NULL DEFAULT now(),
     -- The job's name (`@app.job`, jobstream/app.py); `llm` is the built-in prompt-to-model job.
     -- A worker claims only the names it runs (claim_jobs below).
-    job_name            text NOT NULL DEFAULT 'llm'
+    job_name            text NOT NULL DEFAULT 'llm',
+    -- The bytes of payload and metadata as the create booked them on the tenant's ledger.
+    input_bytes         integer NOT NULL DEFAULT 0
 -- A fifth of each page left free: a running job's row is rewritten by every token write, and a
 -- rewrite that fits on its page is a HOT update (no index touched) when no indexed column
 -- changes. On full pages every token write moved its rows: for 1,000 streams, 6.8 WAL records
@@ -257,9 +271,31 @@ CREATE INDEX IF NOT EXISTS webhook_deliveries_job_idx ON webhook_deliveries (job
 CREATE TABLE IF NOT EXISTS job_tombstones (
     id         uuid PRIMARY KEY,
     tenant_id  text NOT NULL,
-    deleted_at timestamptz NOT NULL
+    deleted_at timestamptz NOT NULL,
+    -- The key the job was made with, and its request's hash: while the tombstone is kept, the
+    -- key answers 410 (same request) or 409 (another), and makes no second job.
+    idempotency_key text,
+    request_hash    text
 );
 CREATE INDEX IF NOT EXISTS job_tombstones_deleted_idx ON job_tombstones (deleted_at);
+CREATE INDEX IF NOT EXISTS job_tombstones_key_idx ON job_tombstones (tenant_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+
+-- The worker processes: each writes its row at start, refreshes heartbeat_at with its lease
+-- renewals (an idle worker alone), and sets stopped_at on a clean exit. The live ones' slots
+-- are the fleet's, which a tenant without a running limit of its own gets a fair share of
+-- (claim_jobs).
+CREATE TABLE IF NOT EXISTS workers (
+    id            text PRIMARY KEY,
+    host          text NOT NULL,
+    pid           integer NOT NULL,
+    version       text NOT NULL,
+    job_names     text[] NOT NULL,
+    slots         integer NOT NULL CHECK (slots > 0),
+    started_at    timestamptz NOT NULL,
+    heartbeat_at  timestamptz NOT NULL,
+    stopped_at    timestamptz
+);
 
 -- The metrics' counters (server/metrics.py), kept by the statements that change what they count,
 -- in the same transactions, so a scrape reads a few rows instead of counting history, and
@@ -326,7 +362,7 @@ CREATE TYPE claimed_job AS (
     job_name           text
 );
 
-INSERT INTO schema_version (version) VALUES (14) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (15) ON CONFLICT (version) DO NOTHING;
 
 -- routines: every function, aggregate and view. A fresh database runs this file whole; after
 -- migrations, jobstream/migrations.py runs again what follows this line (every statement is
@@ -418,11 +454,12 @@ $$;
 CREATE OR REPLACE AGGREGATE sum_counts(bigint[]) (SFUNC = add_counts, STYPE = bigint[]);
 
 -- Every row of these jobs, which the caller has locked (DELETE_EXPIRED_JOBS, DELETE_FINISHED_JOB):
--- events, attempts, webhook rows (a pending delivery too), the tenant_jobs row (the idempotency
--- key with it: the key used again makes a new job) and the job. A row per job deleted, each
--- with the number of rows deleted in all.
+-- events, attempts, webhook rows (a pending delivery too), the tenant_jobs row and the job. A
+-- row per job deleted, each with the number of rows deleted in all, and what its tombstone and
+-- the tenant's stored bytes need (DELETE_EXPIRED_JOBS).
 CREATE OR REPLACE FUNCTION delete_jobs(doomed uuid[])
-RETURNS TABLE (id uuid, tenant_id text, rows_deleted bigint) LANGUAGE sql AS $$
+RETURNS TABLE (id uuid, tenant_id text, rows_deleted bigint, idempotency_key text,
+               request_hash text, input_bytes integer) LANGUAGE sql AS $$
     WITH events AS (
         DELETE FROM job_events e WHERE e.job_id = ANY(doomed) RETURNING 1
     ), attempts AS (
@@ -432,7 +469,9 @@ RETURNS TABLE (id uuid, tenant_id text, rows_deleted bigint) LANGUAGE sql AS $$
     ), hooks AS (
         DELETE FROM webhook_deliveries w WHERE w.job_id = ANY(doomed) RETURNING 1
     ), gone AS (
-        DELETE FROM jobs j WHERE j.id = ANY(doomed) RETURNING j.id, j.tenant_id, j.created_at
+        DELETE FROM jobs j WHERE j.id = ANY(doomed)
+        RETURNING j.id, j.tenant_id, j.created_at, j.idempotency_key, j.request_hash,
+                  j.input_bytes
     ), unlisted AS (
         DELETE FROM tenant_jobs t USING gone g
          WHERE t.tenant_id = g.tenant_id AND t.created_at = g.created_at AND t.job_id = g.id
@@ -442,7 +481,8 @@ RETURNS TABLE (id uuid, tenant_id text, rows_deleted bigint) LANGUAGE sql AS $$
            (SELECT count(*) FROM gone) + (SELECT count(*) FROM events)
            + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM steps)
            + (SELECT count(*) FROM hooks)
-           + (SELECT count(*) FROM unlisted)
+           + (SELECT count(*) FROM unlisted),
+           g.idempotency_key, g.request_hash, g.input_bytes
       FROM gone g
 $$;
 
@@ -497,6 +537,29 @@ $$;
 --    - `tenant_room`: a tenant at its running limit is skipped, and so are the tenants of
 --      `skipped` (found full by an earlier try). The count comes from this statement's
 --      snapshot: two claims at once can both see room, so step 3 counts again.
+--    - `fair`: the running limit of a tenant whose max_running is NULL, a fair share of the
+--      fleet's slots: greatest(1, least(floor(fleet * max_share), ceil(fleet / active))).
+--      `fleet` is the slots of the live workers (`workers` rows not stopped, with a heartbeat
+--      younger than lease_s: each worker refreshes its own every third of its lease), never
+--      less than max_jobs (this worker's free slots: a true lower bound of the fleet even
+--      when its row is missing). `active` is the tenants with jobs queued under these names
+--      (`queues`) or running (`running_tenants`, one descent of jobs_active_tenant_idx per
+--      tenant). fleet / active splits the slots evenly among the tenants that want them, and
+--      max_share (JOBSTREAM_TENANT_MAX_SHARE) keeps one from taking every slot while it is
+--      alone, so that another tenant's next job finds one free at once. Regression: a fixed
+--      default of 16, above a worker's slots, let one tenant's long jobs fill all four slots
+--      of a worker while another tenant's one-token job waited 12 s. With a single
+--      tenants row (`make run`, or keys off: every request is `default`'s) there is no limit
+--      at all: no slot is kept for a tenant that cannot exist (a limit of the whole fleet
+--      would only refuse jobs whenever the fleet is undercounted). Computed once per call,
+--      and only when a tenant without a limit of its own is in `queues` (an InitPlan, run on
+--      first use): one read of `tenants` (two rows at most) and of `workers` (a row per
+--      worker), and the descents of `running_tenants` (`queues` is the statement's own, read
+--      once for all its uses). 21 tenants, 10 of them running jobs: 23 pages more, of a
+--      claim's 420; no scan of jobs. The claimed rows carry it out as
+--      `fair_limit` for step 3. A tenant's explicit max_running is exact (step 3); a fair
+--      limit is as exact as the claims' views of the fleet agree: two claims at once may
+--      compute it from different snapshots, each then holds to its own.
 --    - `open`: queues with a runnable head (`run_after <= now`: backoff and delayed jobs wait),
 --      of a provider with room that no 429 has paused. `tenant_turn` ranks a tenant's queues by
 --      priority, so that one tenant's many queues do not crowd out another's one.
@@ -517,14 +580,15 @@ $$;
 --      jobstream/sql/events.sql says why).
 --    - `counted`: the metrics' counters (jobstream/sql/metrics.sql): the attempts it started,
 --      the retries among them, and the first attempts' waits since their job's creation.
--- 3. A tenant's running limit, exactly: lock the rows of the tenants claimed for, in id order
---    (two claims never wait on each other in a cycle), then count in the next statement, whose
---    snapshot follows the locks and so sees every claim committed before it. That statement
---    also records the tenants' turn (last_claimed_at) on rows already held. A tenant over its
---    limit undoes steps 2 and 3 (they run in a savepoint) and the call returns, instead of
---    jobs, a row with no id for each such tenant: claims.claim_batch tries again. Failing the
---    call instead (an error of our own, which undoes the claim just as well) would have
---    PostgreSQL log an ERROR, with the statement, at every lost race for a tenant's last slot.
+-- 3. A tenant's running limit (its own, or step 2's fair one), exactly: lock the rows of the
+--    tenants claimed for, in id order (two claims never wait on each other in a cycle), then
+--    count in the next statement, whose snapshot follows the locks and so sees every claim
+--    committed before it. That statement also records the tenants' turn (last_claimed_at) on
+--    rows already held. A tenant over its limit undoes steps 2 and 3 (they run in a savepoint)
+--    and the call returns, instead of jobs, a row with no id for each such tenant:
+--    claims.claim_batch tries again. Failing the call instead (an error of our own, which
+--    undoes the claim just as well) would have PostgreSQL log an ERROR, with the statement, at
+--    every lost race for a tenant's last slot.
 --    - FOR NO KEY UPDATE, never FOR UPDATE, on tenants: a foreign key to a tenant (the ledger's)
 --      takes FOR KEY SHARE, which FOR UPDATE conflicts with. NO KEY UPDATE still serialises the
 --      lockers.
@@ -539,7 +603,7 @@ $$;
 -- this call's commit.
 CREATE OR REPLACE FUNCTION claim_jobs(
     unlimited text[], worker text, lease_s float8, at_time timestamptz, limited text[],
-    limits integer[], skipped text[], max_jobs integer, names text[]
+    limits integer[], skipped text[], max_jobs integer, names text[], max_share float8
 ) RETURNS SETOF claimed_job LANGUAGE plpgsql AS $$
 DECLARE
     locked_providers text[] := '{}';
@@ -547,6 +611,9 @@ DECLARE
     taken claimed_job[];
     taken_tenants text[];
     over_limit text[];
+    -- The running limit of a tenant without one of its own, as step 2 computed it (`fair`), for
+    -- step 3's recount: NULL when no such tenant was claimed for, or when there is no limit.
+    fair_limit_used integer;
 BEGIN
     IF cardinality($5) > 0 THEN
         WITH locked AS (
@@ -578,11 +645,45 @@ BEGIN
     -- Steps 2 and 3 are a savepoint (a block with an EXCEPTION clause): a claim that
     -- finds a tenant over its limit undoes them there, and no ERROR reaches the log.
     BEGIN
-        WITH queues AS (
+        WITH RECURSIVE queues AS (
             -- Only the names this worker runs: a job of another name stays queued for a
             -- worker that has it (a rolling deploy), and its queue costs this claim nothing more.
             SELECT tenant_id, provider, job_name, priority FROM job_queues
              WHERE job_name = ANY($9::text[])
+        ), running_tenants AS (
+            -- The tenants with running jobs, one descent of jobs_active_tenant_idx each (a loose
+            -- index scan, as job_queues), so never a read of their jobs. Only `fair` reads it.
+            (SELECT tenant_id FROM jobs
+              WHERE status IN ('running', 'cancelling')
+              ORDER BY tenant_id LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.tenant_id FROM jobs j
+                     WHERE j.status IN ('running', 'cancelling') AND j.tenant_id > r.tenant_id
+                     ORDER BY j.tenant_id LIMIT 1)
+              FROM running_tenants r
+             WHERE r.tenant_id IS NOT NULL
+        ), fair AS MATERIALIZED (
+            -- The running limit of a tenant without one of its own (the comment above says
+            -- why this formula). Read lazily: only a tenant with a NULL max_running asks.
+            -- MATERIALIZED: the planner copies tenant_room's expression wherever room is read,
+            -- and each copy would compute it again; materialized, the first computes it and
+            -- the others read its one row.
+            SELECT CASE WHEN (SELECT count(*) FROM (SELECT FROM tenants LIMIT 2) t) < 2
+                        THEN NULL  -- a lone tenant: nobody to keep a slot for, no limit
+                        ELSE (SELECT greatest(1, least(floor(f.slots * $10),
+                                                       ceil(f.slots / a.n)))::int
+                                FROM (SELECT greatest($8, sum(w.slots))::float8 AS slots
+                                        FROM workers w
+                                       WHERE w.stopped_at IS NULL
+                                         AND w.heartbeat_at
+                                             > coalesce($4::timestamptz, statement_timestamp())
+                                               - make_interval(secs => $3)) f,
+                                     (SELECT greatest(1, count(*))::float8 AS n
+                                        FROM (SELECT tenant_id FROM queues
+                                              UNION
+                                              SELECT tenant_id FROM running_tenants
+                                               WHERE tenant_id IS NOT NULL) active) a)
+                   END AS running_limit
         ), busy AS (
             SELECT provider, count(*) AS n
               FROM job_attempts
@@ -596,17 +697,24 @@ BEGIN
               FROM unnest(locked_providers, locked_limits) AS l (provider, max_running)
               LEFT JOIN busy b ON b.provider = l.provider
         ), tenant_room AS (
-            SELECT t.id AS tenant_id, t.max_running - r.n AS room, r.n AS running, t.last_claimed_at
+            -- room: the limit (its own, or the fair one) less its running jobs; no limit at
+            -- all (a lone tenant) leaves the batch as the only cap.
+            SELECT t.id AS tenant_id,
+                   coalesce(coalesce(t.max_running, f.running_limit) - r.n, $8) AS room,
+                   r.n AS running, t.last_claimed_at, f.running_limit AS fair_limit
               FROM tenants t
              CROSS JOIN LATERAL (
                    SELECT count(*)::int AS n
                      FROM jobs
                     WHERE tenant_id = t.id AND status IN ('running', 'cancelling')) r
+             CROSS JOIN LATERAL (
+                   SELECT CASE WHEN t.max_running IS NULL
+                               THEN (SELECT running_limit FROM fair) END AS running_limit) f
              WHERE t.id IN (SELECT tenant_id FROM queues)
                AND t.id <> ALL($7::text[])
         ), open AS (
             SELECT q.tenant_id, q.provider, q.job_name, q.priority, tr.room, tr.running, tr.last_claimed_at,
-                   w.room AS provider_room, head.run_after AS head_after,
+                   tr.fair_limit, w.room AS provider_room, head.run_after AS head_after,
                    row_number() OVER (PARTITION BY q.tenant_id
                                       ORDER BY q.priority DESC, head.run_after) AS tenant_turn
               FROM queues q
@@ -633,7 +741,7 @@ BEGIN
                      LIMIT $8 + 4) o
         ), candidates AS (
             SELECT c.id, c.previous_error, c.run_after, q.tenant_id, q.provider, q.priority, q.room,
-                   q.running, q.last_claimed_at, q.provider_room
+                   q.running, q.last_claimed_at, q.provider_room, q.fair_limit
               FROM chosen_queues q
              CROSS JOIN LATERAL (
                    SELECT j.id, j.error AS previous_error, j.run_after, j.created_at
@@ -650,7 +758,7 @@ BEGIN
                                            ORDER BY c.priority DESC, c.run_after) AS turn
               FROM candidates c
         ), chosen AS (
-            SELECT r.id, r.previous_error
+            SELECT r.id, r.previous_error, r.fair_limit
               FROM (SELECT r.*,
                            row_number() OVER (PARTITION BY r.provider
                                               ORDER BY r.turn, r.running, r.last_claimed_at NULLS FIRST,
@@ -675,7 +783,8 @@ BEGIN
              WHERE j.id = c.id
             RETURNING j.id, j.tenant_id, j.attempts, j.uncounted_attempts, j.max_attempts, j.run_token,
                       j.provider, j.payload, j.last_seq, j.job_name, j.worker_id, c.previous_error,
-                      extract(epoch FROM j.started_at - j.created_at)::float8 AS waited_s
+                      extract(epoch FROM j.started_at - j.created_at)::float8 AS waited_s,
+                      c.fair_limit
         ), attempt AS (
             INSERT INTO job_attempts (job_id, attempt, run_token, worker_id, started_at, provider, model)
             SELECT id, attempts, run_token, worker_id, coalesce($4::timestamptz, statement_timestamp()),
@@ -723,8 +832,9 @@ BEGIN
                    queue_wait_s = m.queue_wait_s + EXCLUDED.queue_wait_s
         )
         SELECT array_agg((id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token,
-                          provider, payload, last_seq, job_name)::claimed_job)
-          INTO taken
+                          provider, payload, last_seq, job_name)::claimed_job),
+               max(fair_limit)
+          INTO taken, fair_limit_used
           FROM claimed;
         IF taken IS NULL THEN
             RETURN;
@@ -741,8 +851,9 @@ BEGIN
           INTO over_limit
           FROM tenants t
          WHERE t.id = ANY(taken_tenants)
-           AND t.max_running < (SELECT count(*) FROM jobs j
-                                 WHERE j.tenant_id = t.id AND j.status IN ('running', 'cancelling'));
+           AND coalesce(t.max_running, fair_limit_used)
+               < (SELECT count(*) FROM jobs j
+                   WHERE j.tenant_id = t.id AND j.status IN ('running', 'cancelling'));
         IF over_limit IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'JS409';
         END IF;

@@ -2,7 +2,7 @@
 which settles the jobs of attempts whose lease ran out. Every write is fenced by run_token.
 
 A write that finds the job no longer held by its run_token raises Fenced, and the attempt stops:
-another attempt, a cancel, or the reaper owns the job now (DESIGN.md §4.2).
+another attempt, a cancel, or the reaper owns the job now (docs/design.md, "Fencing").
 """
 
 from __future__ import annotations
@@ -76,6 +76,9 @@ class Success:
     # What the tenant pays for the result, when more than the attempt's own calls: those and
     # the journaled steps of earlier attempts it replayed. None: the attempt's cost.
     charge: Decimal | None = None
+    # Where `last_chunk` goes: the characters of the attempt's text the log holds, as its
+    # writer knows them (worker/token_log.py). The success lands only if the log agrees.
+    text_at: int = 0
 
 
 async def accept_many(pool: asyncpg.Pool, successes: Sequence[Success], clock: Clock) -> set[int]:
@@ -108,7 +111,7 @@ def _succeeded(success: Success) -> dict[str, Any]:
         "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
         # A string: exact, where a JSON number would pass through a float.
         "cost": str(usage.cost_usd), "cost_known": usage.cost_known,
-        "last_chunk": success.last_chunk,
+        "last_chunk": success.last_chunk, "text_at": success.text_at,
         "charge": str(success.charge) if success.charge is not None else None,
     }  # fmt: skip
 
@@ -128,7 +131,8 @@ async def accept(pool: asyncpg.Pool, success: Success, clock: Clock) -> None:
 
 def _usage_event(usage: Usage | None) -> list[NewEvent]:
     """An attempt that ends any way but success still tells its readers what it used, when the
-    provider told us (API.md: `usage` when known); our estimates stay in the attempt history."""
+    provider told us (docs/design.md, "Events": `usage` when known); our estimates stay in the
+    attempt history."""
     return [NewEvent("usage", usage.to_json())] if usage is not None and usage.cost_known else []
 
 

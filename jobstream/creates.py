@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from decimal import Decimal
+from typing import cast
 
 import asyncpg
 import structlog
@@ -15,7 +16,7 @@ import structlog
 from jobstream.allowances import Allowance
 from jobstream.clock import Clock
 from jobstream.db import Conn
-from jobstream.errors import IdempotencyConflict, JobstreamError
+from jobstream.errors import IdempotencyConflict, JobstreamError, KeyGone, StorageExceeded
 from jobstream.job_ids import new_ids
 from jobstream.jobspec import JobSpec
 from jobstream.new_jobs import Created, NewJob, Refusal, insert_args
@@ -26,6 +27,8 @@ log = structlog.get_logger(__name__)
 
 # Tries of a batch whose transaction PostgreSQL aborted to break a deadlock.
 BATCH_TRIES = 3
+# Tries again of items whose key's job was deleted between their insert and its read.
+VANISHED_TRIES = 3
 
 
 async def create(
@@ -37,6 +40,7 @@ async def create(
     reserved_usd: Decimal = Decimal(0),
     clock: Clock | None = None,
     announce: Callable[[Iterable[str]], None] | None = None,
+    storage_bytes: int | None = None,
 ) -> Created:
     """Create one job, or return the job its idempotency key already made; raises a Refusal."""
     [outcome] = await create_many(
@@ -45,6 +49,7 @@ async def create(
         [NewJob(spec, idempotency_key, reserved_usd)],
         clock=clock,
         announce=announce,
+        storage_bytes=storage_bytes,
     )
     if isinstance(outcome, Created):
         return outcome
@@ -58,6 +63,7 @@ async def create_many(
     *,
     clock: Clock | None = None,
     announce: Callable[[Iterable[str]], None] | None = None,
+    storage_bytes: int | None = None,
 ) -> list[Created | Refusal]:
     """Create jobs in one statement (INSERT_JOBS); the answers come in the order of `items`.
 
@@ -65,8 +71,12 @@ async def create_many(
     by side. A tenant with either has its row locked while its checks count, item by item.
     `announce` is told the providers of the jobs made, to wake workers (a server coalesces these
     notices); without it, this call sends the NOTIFY itself once the jobs are committed.
+    `storage_bytes`: the tenant's storage bound (None: none), which refuses the items of a
+    statement that would pass it.
     """
-    return await _create(pool, tenant_id, [items], clock, announce, atomic=False)
+    return await _create(
+        pool, tenant_id, [items], clock, announce, atomic=False, storage_bytes=storage_bytes
+    )
 
 
 async def create_batch(
@@ -79,6 +89,7 @@ async def create_batch(
     on_created: Callable[[int, Created], None] | None = None,
     in_key_order: bool = False,
     rank: Callable[[int], int] | None = None,
+    storage_bytes: int | None = None,
 ) -> list[Created | Refusal]:
     """create_many for a batch still being made: the jobs of every chunk, in one transaction,
     one statement a chunk; the answers come in the order of the chunks' items. `on_created` is
@@ -119,6 +130,7 @@ async def create_batch(
             return await _create(
                 pool, tenant_id, again(), clock, announce,
                 atomic=True, on_created=on_created, in_key_order=in_key_order, rank=rank,
+                storage_bytes=storage_bytes,
             )  # fmt: skip
         except asyncpg.DeadlockDetectedError:
             # PostgreSQL aborted this one's transaction: it made nothing, so it is written
@@ -142,9 +154,11 @@ async def _create(
     on_created: Callable[[int, Created], None] | None = None,
     in_key_order: bool = False,
     rank: Callable[[int], int] | None = None,
+    storage_bytes: int | None = None,
+    tries_left: int = VANISHED_TRIES,
 ) -> list[Created | Refusal]:
     now = clock.now() if clock is not None else None
-    made = _Made(tenant_id, on_created, rank)
+    made = _Made(tenant_id, on_created, rank, storage_bytes)
     async with (
         pool.acquire() as conn,
         conn.transaction() if atomic else contextlib.nullcontext(),
@@ -156,8 +170,8 @@ async def _create(
             # A tenant with limits: its items go the locked path, in a transaction.
             async with contextlib.nullcontext() if atomic else conn.transaction():
                 await _create_held(conn, made, now)
-        if made.unbooked:
-            await conn.execute(queries.BOOK_RESERVED, tenant_id, made.unbooked)
+        if made.unbooked or made.unbooked_bytes:
+            await conn.execute(queries.BOOK_RESERVED, tenant_id, made.unbooked, made.unbooked_bytes)
         # A fresh statement: its snapshot sees the rows that made the keys taken.
         taken = [made.items[i].idempotency_key for i, o in enumerate(made.outcomes) if o is None]
         existing = (
@@ -165,15 +179,37 @@ async def _create(
                 queries.SELECT_JOBS_BY_KEYS, tenant_id, taken)}
             if taken else {}
         )  # fmt: skip
+        missing = [key for key in taken if key not in existing]
+        buried = (
+            {r["idempotency_key"]: r for r in await conn.fetch(
+                queries.TOMBSTONES_BY_KEYS, tenant_id, missing)}
+            if missing else {}
+        )  # fmt: skip
     if made.providers:
         if announce is not None:
             announce(made.providers)
         else:
             await pool.execute(queries.NOTIFY_RUNNABLE, sorted(made.providers))
-    return [
-        outcome if outcome is not None else _existing(made.items[i], existing)
+    outcomes: list[Created | Refusal | None] = [
+        outcome if outcome is not None else _existing(made, i, existing, buried)
         for i, outcome in enumerate(made.outcomes)
     ]
+    vanished = [i for i, outcome in enumerate(outcomes) if outcome is None]
+    if vanished:
+        # Their keys were taken when INSERT_JOBS ran and their jobs gone when read: deleted in
+        # between (DELETE /v1/responses/{id}, or retention with tombstones off), so the keys
+        # are free again and the items are created anew, as they would have been a moment
+        # later.
+        if tries_left == 0:
+            raise JobstreamError(f"the jobs of {len(vanished)} idempotency keys keep vanishing")
+        log.info("create_key_vanished", tenant_id=tenant_id, items=len(vanished))
+        again = await _create(
+            pool, tenant_id, [[made.items[i] for i in vanished]], clock, announce,
+            atomic=False, storage_bytes=storage_bytes, tries_left=tries_left - 1,
+        )  # fmt: skip
+        for i, outcome in zip(vanished, again, strict=True):
+            outcomes[i] = outcome
+    return cast(list[Created | Refusal], outcomes)
 
 
 class _Made:
@@ -186,8 +222,10 @@ class _Made:
         tenant_id: str,
         on_created: Callable[[int, Created], None] | None = None,
         rank: Callable[[int], int] | None = None,
+        storage_bytes: int | None = None,
     ) -> None:
         self.tenant_id = tenant_id
+        self.storage_bytes = storage_bytes
         self.on_created = on_created
         self.rank = rank  # an item's place in the request, where it differs
         self.items: list[NewJob] = []
@@ -195,8 +233,13 @@ class _Made:
         self.outcomes: list[Created | Refusal | None] = []
         self.held: list[int] = []
         self.providers: set[str] = set()
-        # What the jobs made so far reserve and INSERT_JOBS did not book (a batch's statements).
+        # What the jobs made so far reserve and store, and INSERT_JOBS did not book (a batch's
+        # statements).
         self.unbooked = Decimal(0)
+        self.unbooked_bytes = 0
+        # Items of a statement that would have passed the storage bound: refused unless their
+        # key made a job already.
+        self.over_storage: set[int] = set()
 
     def add(self, chunk: Sequence[NewJob]) -> range:
         """Take in a chunk, each item with a new id: its items' places."""
@@ -218,6 +261,7 @@ class _Made:
                 item = self.items[i]
                 if not booked:
                     self.unbooked += item.reserved_usd
+                    self.unbooked_bytes += item.input_bytes
                 created = Created(
                     JobRow.inserted(
                         row, self.tenant_id, item.idempotency_key, item.request_hash,
@@ -252,7 +296,7 @@ async def _insert_chunks(
             written, places = places, now_places
             args = insert_args(
                 [made.ids[i] for i in places], made.tenant_id, [made.items[i] for i in places],
-                now, book=book,
+                now, book=book, storage_bytes=made.storage_bytes,
             )  # fmt: skip
             writing = asyncio.ensure_future(conn.fetch(queries.INSERT_JOBS, *args))
             # The task's first step sends a prepared statement; then the rows of the statement
@@ -301,7 +345,9 @@ def _written(
 ) -> None:
     if not rows:
         raise JobstreamError(f"tenant {made.tenant_id!r} does not exist")
-    if rows[0]["go"]:
+    if not rows[0]["fits"]:
+        made.over_storage.update(places)
+    elif rows[0]["go"]:
         made.inserted(places, rows, booked=booked)
     else:
         made.held.extend(places)
@@ -312,8 +358,9 @@ async def _create_held(conn: Conn, made: _Made, now: datetime | None) -> None:
     request order, which a batch's chunks may not follow."""
     held = sorted(made.held, key=made.rank)
     rows, refused = await _create_checked(
-        conn, made.tenant_id, [made.ids[i] for i in held], [made.items[i] for i in held], now
-    )
+        conn, made.tenant_id, [made.ids[i] for i in held], [made.items[i] for i in held], now,
+        storage_bytes=made.storage_bytes,
+    )  # fmt: skip
     made.inserted(held, rows)
     for j, refusal in refused.items():
         made.outcomes[held[j]] = refusal
@@ -325,6 +372,8 @@ async def _create_checked(
     ids: list[str],
     items: Sequence[NewJob],
     now: datetime | None,
+    *,
+    storage_bytes: int | None = None,
 ) -> tuple[list[asyncpg.Record], dict[int, Refusal]]:
     """The locked path: the tenant's budget and create rate, checked item by item in order.
     Returns the rows made and the refusals, by the item's place in `items`."""
@@ -356,21 +405,57 @@ async def _create_checked(
     chosen = [items[i] for i in admitted]
     chosen_ids = [ids[i] for i in admitted]
     rows = await conn.fetch(
-        queries.INSERT_JOBS, *insert_args(chosen_ids, tenant_id, chosen, now, locked=True)
+        queries.INSERT_JOBS,
+        *insert_args(chosen_ids, tenant_id, chosen, now, locked=True, storage_bytes=storage_bytes),
     )
+    if rows and not rows[0]["fits"]:
+        # Replays are read as every taken key is; the rest are refused.
+        over = {i: _over_storage(storage_bytes) for i in admitted if items[i].idempotency_key
+                not in seen}  # fmt: skip
+        return [], refused | over
     return rows, refused
 
 
-def _existing(item: NewJob, existing: dict[str, asyncpg.Record]) -> Created | Refusal:
-    """What an item whose insert did nothing gets: the job its key made, or a conflict."""
+def _existing(
+    made: _Made,
+    place: int,
+    existing: dict[str, asyncpg.Record],
+    buried: dict[str, asyncpg.Record],
+) -> Created | Refusal | None:
+    """What an item whose insert made no job gets: the job its key made, a conflict, the
+    deleted job its key made (KeyGone), the storage bound; None when its key's job vanished
+    between the insert and this read (the caller tries the item again)."""
+    item = made.items[place]
     key = item.idempotency_key
     found = existing.get(key) if key is not None else None
-    if found is None:
-        # Only a key can make an insert do nothing, and the row behind a key is never deleted
-        # while it could be asked for again.
-        raise JobstreamError(f"job for Idempotency-Key {key!r} vanished")
-    if found["request_hash"] != item.request_hash:
-        return IdempotencyConflict(
-            f"Idempotency-Key {key!r} was used with a different request body"
+    if found is not None:
+        if not item.same_request(found["request_hash"]):
+            return IdempotencyConflict(
+                f"Idempotency-Key {key!r} was used with a different request body"
+            )
+        return Created(JobRow.of(found), created=False)
+    tomb = buried.get(key) if key is not None else None
+    if tomb is not None:
+        if not item.same_request(tomb["request_hash"] or ""):
+            return IdempotencyConflict(
+                f"Idempotency-Key {key!r} was used with a different request body"
+            )
+        return KeyGone(
+            f"Idempotency-Key {key!r} made job {tomb['id']}, which retention deleted at "
+            f"{tomb['deleted_at'].isoformat()}; the key makes no new job while its tombstone "
+            "is kept",
+            job_id=str(tomb["id"]),
         )
-    return Created(JobRow.of(found), created=False)
+    if place in made.over_storage:
+        return _over_storage(made.storage_bytes)
+    if key is None:
+        raise JobstreamError("an item without a key made no job")
+    return None
+
+
+def _over_storage(limit: int | None) -> StorageExceeded:
+    return StorageExceeded(
+        f"the tenant's jobs may store at most {limit:,} bytes of input; delete finished jobs "
+        "or wait for retention",
+        limit_bytes=limit or 0,
+    )

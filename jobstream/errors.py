@@ -33,6 +33,23 @@ class BudgetExceeded(JobstreamError):
     """The tenant's budget cannot cover the job's reservation."""
 
 
+class StorageExceeded(JobstreamError):
+    """The tenant's stored inputs would pass its storage bound (JOBSTREAM_TENANT_STORAGE_BYTES)."""
+
+    def __init__(self, message: str, limit_bytes: int) -> None:
+        super().__init__(message)
+        self.limit_bytes = limit_bytes
+
+
+class KeyGone(JobstreamError):
+    """The Idempotency-Key made a job that retention has deleted since; the key is remembered
+    while the job's tombstone is kept, so it makes no second job."""
+
+    def __init__(self, message: str, job_id: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
 class Fenced(JobstreamError):
     """A write by an attempt that no longer holds the job (stale run_token, or job not active).
 

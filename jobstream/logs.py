@@ -86,6 +86,21 @@ class Throttle(logging.Filter):
         return True
 
 
+# The start-up failures the app logs as one line of its own before it raises: uvicorn then logs
+# the traceback starlette formatted of it as a message, which says nothing more.
+LOGGED_AT_START = ("jobstream.errors.DatabaseUnavailable:",)
+
+
+def told_startup_traceback(record: logging.LogRecord) -> bool:
+    """False for uvicorn's copy of a start-up traceback the app has already told in a line."""
+    if record.name != "uvicorn.error" or not isinstance(record.msg, str):
+        return True
+    if not record.msg.startswith("Traceback (most recent call last)"):
+        return True
+    last = record.msg.rstrip().rsplit("\n", 1)[-1]
+    return not last.startswith(LOGGED_AT_START)
+
+
 def _floodable_kind(record: logging.LogRecord) -> tuple[str, str] | None:
     if not isinstance(record.msg, str):
         return None
@@ -175,6 +190,7 @@ def configure(level: str = "info", *, json: bool | None = True) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter)
     handler.addFilter(Throttle())
+    handler.addFilter(told_startup_traceback)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -62,6 +62,16 @@ async def prune_tombstones(conn: Conn, clock: Clock, *, keep_s: int, limit: int)
     return int(status.split()[-1])
 
 
+# How long the row of a worker that stopped or went silent is kept.
+WORKER_ROW_KEEP_S = 86_400
+
+
+async def prune_workers(conn: Conn, clock: Clock, *, keep_s: int = WORKER_ROW_KEEP_S) -> int:
+    """Forget the workers stopped or silent for more than `keep_s`."""
+    status = await conn.execute(queries.PRUNE_WORKERS, clock.now(), keep_s)
+    return int(status.split()[-1])
+
+
 async def fold_counters(conn: Conn) -> int:
     """Move the metric counters of backends that are gone onto the folded row."""
     status = await conn.execute(queries.FOLD_METRIC_TOTALS)

@@ -44,8 +44,11 @@ class CreateWriter:
         pool: asyncpg.Pool,
         clock: Clock | None,
         announce: Callable[[Iterable[str]], None],
+        *,
+        storage_bytes: int | None = None,
     ) -> None:
         self._pool = pool
+        self._storage_bytes = storage_bytes  # each tenant's storage bound (None: none)
         self._clock = clock
         self._announce = announce
         self._writer = GroupWriter(
@@ -86,6 +89,7 @@ class CreateWriter:
                 made = await creates.create_many(
                     self._pool, tenant_id, [items[i][1] for i in places],
                     clock=self._clock, announce=self._announce,
+                    storage_bytes=self._storage_bytes,
                 )  # fmt: skip
             except db.DISCONNECTS as exc:
                 # In doubt: the statement may have committed. Never written again here; each

@@ -11,12 +11,13 @@ renewals (a cancel request, or the lease lost; worker/lease.py) and the worker (
 token write that went wrong posts there too, or wakes the runner to write by itself until its
 log is sure again. At the first ending the runner stops the pump, waits for its text's write in
 flight, leaves the lease renewals and records exactly one outcome (worker/outcome.py), flushing
-first so that the log holds every token before the status changes (DESIGN.md §5).
+first so that the log holds every token before the status changes (docs/design.md, "Token writes").
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Mapping
 from concurrent.futures import Executor
@@ -344,17 +345,26 @@ class AttemptRunner:
                 chunk = ""
             try:
                 return await self._outcome.record(
-                    ending, chunk, provider_stopped=self._provider_stopped
-                )
+                    ending, chunk, provider_stopped=self._provider_stopped,
+                    text_at=self._tokens.durable,
+                )  # fmt: skip
             except Fenced as refused:
                 if isinstance(ending, CancelRequested):
                     raise
                 # Refused because the job is `cancelling` under our token? Then the cancel wins
                 # (a cancelled job never turns succeeded), with every token we had in its log.
+                # Or a success whose last chunk found the log past the offset it expected (a
+                # write in doubt that landed late): the chunk is written as any other, which
+                # reconciles it with the log, and the success sent again without it.
                 # Otherwise we were fenced out.
                 try:
                     if chunk:
                         await self._outcome.persist(lambda: self._tokens.write([chunk]))
+                        if isinstance(ending, StreamEnded):
+                            with contextlib.suppress(Fenced):  # cancelling: confirmed below
+                                return await self._outcome.record(
+                                    ending, "", provider_stopped=self._provider_stopped
+                                )
                     return await self._outcome.confirm_cancel(
                         provider_stopped=self._provider_stopped
                     )

@@ -41,6 +41,7 @@ class Round:
     deleted: int = 0
     deleted_rows: int = 0
     tombstones_pruned: int = 0
+    workers_pruned: int = 0
     counters_folded: int = 0
 
     @property
@@ -124,6 +125,8 @@ class Janitor:
             done.tombstones_pruned += pruned
             if pruned < s.janitor_batch:
                 break
+        async with unhurried(conn):
+            done.workers_pruned = await retention.prune_workers(conn, self._clock)
         async with unhurried(conn):
             done.counters_folded = await retention.fold_counters(conn)
         return done

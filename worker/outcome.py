@@ -117,11 +117,12 @@ class OutcomeRecorder:
         last_chunk: str,
         *,
         provider_stopped: bool,
+        text_at: int = 0,
     ) -> AttemptResult:
-        """Write the outcome of `ending`."""
+        """Write the outcome of `ending`; a success appends `last_chunk` at `text_at`."""
         match ending:
             case StreamEnded(output=output):
-                return await self._succeed(last_chunk, output)
+                return await self._succeed(last_chunk, output, text_at)
             case StreamFailed(failure=failure):
                 return await self._fail(failure)
             case CancelRequested():
@@ -129,14 +130,16 @@ class OutcomeRecorder:
             case Interrupted():
                 return await self._hand_back()
 
-    async def _succeed(self, last_chunk: str, output: object) -> AttemptResult:
+    async def _succeed(self, last_chunk: str, output: object, text_at: int) -> AttemptResult:
         usage = self._spend.total()
         text = self._produced.output
         # Steps journaled by earlier attempts and replayed here are part of the result: the
         # tenant pays for them once, now (their attempts' rows already record their cost).
         replayed = self._spend.replayed_usd
         charge = usage.cost_usd + replayed if replayed else None
-        success = attempts.Success(self._held, text, usage, last_chunk, output, charge)
+        success = attempts.Success(
+            self._held, text, usage, last_chunk, output, charge, text_at=text_at
+        )
         await self.persist(lambda: self._write_success(success))
         log.info("attempt_succeeded", status="succeeded", **_usage_fields(usage))
         return "succeeded"

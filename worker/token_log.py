@@ -47,6 +47,11 @@ class TokenLog:
         self._in_doubt = False  # the last write may or may not have committed (or may later)
 
     @property
+    def durable(self) -> int:
+        """Characters of the attempt's text known to be in the log: where the next text goes."""
+        return self._durable
+
+    @property
     def in_doubt(self) -> bool:
         """The last write may or may not have committed: the next one reconciles first."""
         return self._in_doubt

@@ -24,12 +24,17 @@
 -- with each input row (Rows Removed by Join Filter: 64 x the running jobs); with it, 64
 -- probes of the primary key. In a drain of 20,000 jobs with 256 slots: 317-334 µs of
 -- PostgreSQL's time a job for this statement before, 243-262 after.
+-- The last chunk lands as every token append does (APPEND_TOKENS_MANY, tokens.sql): only at
+-- the offset it expects (`text_at`, the characters of the attempt's text the worker knows are in
+-- the log), else the whole success is refused, and the worker reconciles its text with the log
+-- before it tries again (worker/attempt.py). Without it, a write in doubt that committed late
+-- would have its text in the result's log twice.
 WITH input AS (
     SELECT *, 2 + (i.last_chunk <> '')::int AS n_events
       FROM jsonb_to_recordset($1::jsonb)
              AS i (job_id uuid, run_token uuid, result jsonb, attempt int, input_tokens int,
                    output_tokens int, cost numeric, cost_known boolean, last_chunk text,
-                   charge numeric)
+                   charge numeric, text_at bigint)
 ), done AS (
     UPDATE jobs j
        SET status = 'succeeded', result = i.result,
@@ -37,10 +42,15 @@ WITH input AS (
            updated_at = coalesce($3::timestamptz, statement_timestamp()),
            lease_until = NULL, error = NULL, charged_usd = coalesce(i.charge, i.cost),
            reserved_usd = 0,
-           last_seq = j.last_seq + i.n_events
+           last_seq = j.last_seq + i.n_events,
+           text_attempt = CASE WHEN i.last_chunk <> '' THEN i.attempt ELSE j.text_attempt END,
+           text_chars = CASE WHEN i.last_chunk <> '' THEN i.text_at + char_length(i.last_chunk)
+                             ELSE j.text_chars END
       FROM input i, jobs old
      WHERE j.id = i.job_id AND j.run_token = i.run_token AND j.status = 'running'
        AND j.id = ANY($2::uuid[]) AND old.id = j.id
+       AND (i.last_chunk = ''
+            OR CASE WHEN j.text_attempt = i.attempt THEN j.text_chars ELSE 0 END = i.text_at)
     RETURNING j.id, j.tenant_id, j.status, j.attempts, j.finished_at, j.result, j.error,
               j.webhook_url, j.last_seq, i.attempt, i.input_tokens, i.output_tokens, i.cost,
               i.cost_known, i.last_chunk, coalesce(i.charge, i.cost) AS charge,

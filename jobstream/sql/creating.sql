@@ -32,8 +32,17 @@
 --   writer that holds that key and books next on the same shard.
 -- - run_after is when the job may start: `run_at`, else now plus `delay_s` (0 by default).
 -- - `retain_s` NULL: the deployment's JOBSTREAM_RETENTION_S.
+-- - $6 is the tenant's storage bound, bytes (NULL: none), $7 the bytes of this statement's
+--   items: a statement that would pass the bound makes nothing (`fits` false) and the caller
+--   refuses its items that are not replays. The stored bytes are the sum of the tenant's 16
+--   ledger rows, read without a lock: creates in flight at once may pass the bound by what
+--   they add, never by more.
+-- - A key a tombstone still remembers makes no job (the caller answers 410 or 409).
 WITH tenant AS (
-    SELECT NOT $4::boolean OR (budget_usd IS NULL AND create_rate_per_min IS NULL) AS go
+    SELECT NOT $4::boolean OR (budget_usd IS NULL AND create_rate_per_min IS NULL) AS go,
+           $6::bigint IS NULL
+           OR (SELECT coalesce(sum(l.stored_bytes), 0) FROM tenant_ledger l
+                WHERE l.tenant_id = $2) + $7::bigint <= $6::bigint AS fits
       FROM tenants
      WHERE id = $2
 ), item AS MATERIALIZED (
@@ -41,40 +50,46 @@ WITH tenant AS (
            e->>4 AS provider, (e->>5)::smallint AS priority, e->6 AS payload, e->7 AS metadata,
            (e->>8)::int AS max_attempts, e->>9 AS webhook_url, (e->>10)::numeric AS estimate,
            (e->>11)::timestamptz AS run_at, (e->>12)::float8 AS delay_s, (e->>13)::int AS retain_s,
-           e->>14 AS job_name
+           e->>14 AS job_name, (e->>15)::int AS input_bytes
       FROM jsonb_array_elements($1::jsonb) AS e,
            tenant
-     WHERE tenant.go
+     WHERE tenant.go AND tenant.fits
 ), listed AS (
     INSERT INTO tenant_jobs (tenant_id, created_at, job_id, idempotency_key)
     SELECT $2, coalesce($3::timestamptz, statement_timestamp()), n.id, n.key
       FROM item n
+     WHERE n.key IS NULL
+        OR NOT EXISTS (SELECT FROM job_tombstones b
+                        WHERE b.tenant_id = $2 AND b.idempotency_key = n.key)
      ORDER BY n.key COLLATE "C", n.ord
     ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING job_id
 ), inserted AS (
     INSERT INTO jobs (id, tenant_id, idempotency_key, request_hash, provider, priority, payload,
                       metadata, max_attempts, webhook_url, estimate_usd, reserved_usd, run_after,
-                      last_seq, created_at, updated_at, retain_s, job_name)
+                      last_seq, created_at, updated_at, retain_s, job_name, input_bytes)
     SELECT n.id, $2, n.key, n.hash, n.provider, n.priority, n.payload, n.metadata,
            n.max_attempts, n.webhook_url, n.estimate, n.estimate,
            coalesce(n.run_at, coalesce($3::timestamptz, statement_timestamp())
                               + make_interval(secs => coalesce(n.delay_s, 0))),
            1, coalesce($3::timestamptz, statement_timestamp()),
-           coalesce($3::timestamptz, statement_timestamp()), n.retain_s, n.job_name
+           coalesce($3::timestamptz, statement_timestamp()), n.retain_s, n.job_name,
+           n.input_bytes
       FROM item n
      WHERE n.id IN (SELECT job_id FROM listed)
      ORDER BY n.ord
     RETURNING *
 ), booked AS (
-    -- One row: the tenant's on this backend's shard (ledger.sql).
-    INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
-    SELECT $2, pg_backend_pid() % 16, sum(reserved_usd)
+    -- One row: the tenant's on this backend's shard (ledger.sql): the reservations and the
+    -- stored bytes.
+    INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd, stored_bytes)
+    SELECT $2, pg_backend_pid() % 16, sum(reserved_usd), sum(input_bytes)
       FROM inserted
-     WHERE reserved_usd > 0 AND $5::boolean
+     WHERE $5::boolean
     HAVING count(*) > 0
     ON CONFLICT (tenant_id, shard) DO UPDATE
-       SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
+       SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd,
+           stored_bytes = l.stored_bytes + EXCLUDED.stored_bytes
 ), counted AS (
     INSERT INTO metric_totals AS m (backend, provider, jobs_created)
     SELECT pg_backend_pid(), provider, count(*) FROM inserted GROUP BY provider
@@ -85,17 +100,19 @@ WITH tenant AS (
 -- the caller has the rest, as this statement wrote it (rows.py, JobRow.inserted).
 -- Whole rows, payload and all, took 26-29 ms of a batch of 1,000 to read and decode; ten
 -- columns 11 ms; these four about 5.
-SELECT t.go, i.id, i.created_at, i.run_after
+SELECT t.go, t.fits, i.id, i.created_at, i.run_after
   FROM tenant t
   LEFT JOIN inserted i ON true
 
 -- name: BOOK_RESERVED
--- A batch's reservations: $2 is the sum of what its INSERT_JOBS statements (run with their $5
--- false) left unbooked, for tenant $1, on this backend's shard of the tenant's ledger
--- (ledger.sql), after the batch's last key.
-INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd)
-VALUES ($1, pg_backend_pid() % 16, $2)
-ON CONFLICT (tenant_id, shard) DO UPDATE SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd
+-- A batch's reservations and stored bytes: $2 and $3 are the sums of what its INSERT_JOBS
+-- statements (run with their $5 false) left unbooked, for tenant $1, on this backend's shard of
+-- the tenant's ledger (ledger.sql), after the batch's last key.
+INSERT INTO tenant_ledger AS l (tenant_id, shard, reserved_usd, stored_bytes)
+VALUES ($1, pg_backend_pid() % 16, $2, $3)
+ON CONFLICT (tenant_id, shard) DO UPDATE
+   SET reserved_usd = l.reserved_usd + EXCLUDED.reserved_usd,
+       stored_bytes = l.stored_bytes + EXCLUDED.stored_bytes
 
 -- name: NOTIFY_RUNNABLE
 -- Workers wake for new runnable jobs of these providers. Sent on its own, never by the creating
@@ -110,6 +127,13 @@ SELECT j.*
   FROM tenant_jobs t
   JOIN jobs j ON j.id = t.job_id
  WHERE t.tenant_id = $1 AND t.idempotency_key = ANY($2::text[])
+
+-- name: TOMBSTONES_BY_KEYS
+-- The deleted jobs that idempotency keys made, while their tombstones are kept: such a key
+-- makes no second job (INSERT_JOBS).
+SELECT idempotency_key, id, request_hash, deleted_at
+  FROM job_tombstones
+ WHERE tenant_id = $1 AND idempotency_key = ANY($2::text[])
 
 -- name: TENANT_FOR_CREATE
 -- The locked path of a create, for a tenant with a budget or a create rate: its creates queue

@@ -114,9 +114,24 @@ WITH doomed AS (
 ), gone AS (
     SELECT * FROM delete_jobs(ARRAY(SELECT id FROM doomed))
 ), buried AS (
-    INSERT INTO job_tombstones (id, tenant_id, deleted_at)
-    SELECT id, tenant_id, coalesce($1::timestamptz, statement_timestamp()) FROM gone WHERE $3
+    -- With the job's idempotency key and request hash: the key makes no second job while the
+    -- tombstone is kept (INSERT_JOBS).
+    INSERT INTO job_tombstones (id, tenant_id, deleted_at, idempotency_key, request_hash)
+    SELECT id, tenant_id, coalesce($1::timestamptz, statement_timestamp()), idempotency_key,
+           request_hash
+      FROM gone
+     WHERE $3
     ON CONFLICT (id) DO NOTHING
+), unstored AS (
+    -- The tenants' storage bound frees what their deleted jobs booked (INSERT_JOBS), on this
+    -- backend's shards, in tenant order as every multi-tenant ledger write takes them.
+    INSERT INTO tenant_ledger AS l (tenant_id, shard, stored_bytes)
+    SELECT tenant_id, pg_backend_pid() % 16, -sum(input_bytes)
+      FROM gone
+     GROUP BY tenant_id
+    HAVING sum(input_bytes) > 0
+     ORDER BY tenant_id
+    ON CONFLICT (tenant_id, shard) DO UPDATE SET stored_bytes = l.stored_bytes + EXCLUDED.stored_bytes
 ), tally AS (
     SELECT count(*) AS jobs, coalesce(max(rows_deleted), 0) AS removed FROM gone
 ), counted AS (
@@ -137,6 +152,14 @@ DELETE FROM job_tombstones
                                   - make_interval(secs => $2)
                ORDER BY deleted_at
                LIMIT $3)
+
+-- name: PRUNE_WORKERS
+-- The rows of workers stopped, or silent (killed), for more than $2 s ($1 now): every claim that
+-- computes a fair share reads the table, so it keeps the recent fleet only. An operator still
+-- sees a crashed worker for that long.
+DELETE FROM workers
+ WHERE coalesce(stopped_at, heartbeat_at)
+       < coalesce($1::timestamptz, statement_timestamp()) - make_interval(secs => $2)
 
 -- name: TOMBSTONE
 -- Is a deleted job's id remembered? Asked only when a job is not found: 410 rather than 404.

@@ -106,5 +106,11 @@ WITH job AS (
        FOR UPDATE
 ), gone AS (
     SELECT * FROM delete_jobs(ARRAY(SELECT id FROM job WHERE finished))
+), unstored AS (
+    -- What the job booked on the tenant's storage bound (INSERT_JOBS) is free again. An
+    -- explicit delete leaves no tombstone: its idempotency key may make a new job at once.
+    INSERT INTO tenant_ledger AS l (tenant_id, shard, stored_bytes)
+    SELECT tenant_id, pg_backend_pid() % 16, -input_bytes FROM gone WHERE input_bytes > 0
+    ON CONFLICT (tenant_id, shard) DO UPDATE SET stored_bytes = l.stored_bytes + EXCLUDED.stored_bytes
 )
 SELECT finished, (SELECT count(*) FROM gone) AS deleted FROM job

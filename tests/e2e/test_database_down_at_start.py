@@ -59,3 +59,29 @@ async def test_server_and_worker_wait_for_a_late_database(process_group: Process
         finally:
             process_group.close()
             await asyncio.to_thread(postgres.destroy)
+
+
+async def test_a_server_whose_database_never_answers_exits_with_one_line(
+    process_group: Processes,
+) -> None:
+    """Past JOBSTREAM_DB_CONNECT_TIMEOUT_S the server gives up as the worker does: one error
+    line naming the database, exit status 3, and no traceback (uvicorn logged starlette's
+    formatted one as a message inside a JSON line, and the process exited 0)."""
+    env = {
+        "DATABASE_URL": f"postgresql://jobstream@127.0.0.1:{free_port()}/nowhere",
+        "JOBSTREAM_PORT": str(free_port()),
+        "JOBSTREAM_DB_CONNECT_TIMEOUT_S": "1",
+        "JOBSTREAM_LOG_JSON": "true",
+    }
+    server = process_group.spawn("server", env, name="server")
+    try:
+        # 3: uvicorn's own status for a failed start-up (uvicorn.server.STARTUP_FAILURE).
+        assert await server.wait_async(timeout_s=30) == 3
+        assert "Traceback" not in server.output()
+        lines = [e for e in server.log_events() if e["event"] == "database_unavailable"]
+        # Each try said so as a warning; the last line says the server gives up.
+        assert [line["level"] for line in lines][-1] == "error", server.output()
+        assert {line["level"] for line in lines[:-1]} <= {"warning"}
+        assert "server_ready" not in {e["event"] for e in server.log_events()}
+    finally:
+        process_group.close()

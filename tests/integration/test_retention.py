@@ -177,9 +177,15 @@ async def test_a_job_past_its_retention_is_gone_with_all_its_rows(
     done = await janitor.run_round()
     assert done is not None and (done.deleted, done.deleted_rows) == (1, 1 + 1 + events + 1 + 1)
     assert await rows_of(pool, job_id) == dict.fromkeys(TABLES, 0)
-    # Its idempotency key went with it: the same key and body make a new job.
+    # Its idempotency key is remembered with its tombstone: the same request is told the job
+    # is gone, another is a conflict, and neither makes a job.
     again = await client.post("/api/jobs", json=body, headers=key)
-    assert again.status_code == 202 and again.json()["id"] != job["id"], again.text
+    assert again.status_code == 410, again.text
+    assert again.json()["type"] == "/problems/idempotency-key-gone"
+    assert job["id"] in again.json()["detail"]
+    other = await client.post("/api/jobs", json={**body, "prompt": "other"}, headers=key)
+    assert other.status_code == 409 and other.json()["type"] == "/problems/idempotency-conflict"
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 1  # `kept` alone
     for response in (
         await client.get(f"/api/jobs/{job_id}"),
         await client.get(plain(job_id)),
@@ -196,6 +202,9 @@ async def test_a_job_past_its_retention_is_gone_with_all_its_rows(
     done = await janitor.run_round()
     assert done is not None and done.tombstones_pruned == 1
     assert (await client.get(f"/api/jobs/{job_id}")).status_code == 404
+    # ...and its key with it: the same key and body make a new job.
+    again = await client.post("/api/jobs", json=body, headers=key)
+    assert again.status_code == 202 and again.json()["id"] != job["id"], again.text
 
 
 async def test_a_deleted_jobs_idempotency_key_makes_a_new_job(

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from decimal import Decimal
 
 import asyncpg
+import pytest
 
 from jobstream import attempts, claims, token_appends
+from jobstream.errors import Fenced
 from jobstream.token_appends import TokenAppend
+from jobstream.usage import Usage
 from jobstream.worker.token_writes import TokenWrites
+from tests.support import attempt_driver as drive
 from tests.support.workers import create_job, event_list, manual_clock, reassemble
 
 LEASE_S = 30.0
@@ -70,3 +75,27 @@ async def test_the_writer_answers_each_stream_in_order_and_refuses_a_stale_offse
     assert after.last_seq == first.last_seq + 1
     log = await event_list(pool, job_id)
     assert [e.data["text"] for e in log if e.type == "token"] == ["ab", "cd", "e"]
+
+
+async def test_a_successs_last_chunk_lands_only_at_the_offset_it_expects(
+    pool: asyncpg.Pool,
+) -> None:
+    """The chunk a success carries is compare-and-set on the attempt's text offset, as every
+    token append is. A worker that believes the log holds nothing while a write in doubt landed
+    ("ab") would have made the log "ab" + "abcd"; the success is refused instead, the job stays
+    the attempt's, and the success sent from the right offset lands."""
+    await create_job(pool)
+    held = await drive.claim(pool)
+    await drive.tokens(pool, held, ["ab"])  # the write in doubt, which landed
+    usage = Usage(input_tokens=1, output_tokens=2, cost_usd=Decimal("0.0001"))
+    stale = attempts.Success(held, "abcd", usage, last_chunk="abcd", text_at=0)
+    with pytest.raises(Fenced):
+        await attempts.accept(pool, stale, drive.CLOCK)
+    status = await pool.fetchval("SELECT status FROM jobs WHERE id = $1", held.job_id)
+    assert status == "running"
+    assert reassemble(await event_list(pool, held.job_id)) == "ab"
+    right = attempts.Success(held, "abcd", usage, last_chunk="cd", text_at=2)
+    await attempts.accept(pool, right, drive.CLOCK)
+    assert reassemble(await event_list(pool, held.job_id)) == "abcd"
+    chars = await pool.fetchval("SELECT text_chars FROM jobs WHERE id = $1", held.job_id)
+    assert chars == 4
