@@ -85,7 +85,7 @@ def _insert_args(n: int) -> Callable[[], Awaitable[list[Any]]]:
 
 def _claim_args(n: int) -> Callable[[], Awaitable[list[Any]]]:
     async def args() -> list[Any]:
-        return [[PROVIDER], "bench", 30.0, None, [], [], [], n]
+        return [[PROVIDER], "bench", 30.0, None, [], [], [], n, ["llm"], claims.DEFAULT_MAX_SHARE]
 
     return args
 

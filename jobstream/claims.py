@@ -1,8 +1,8 @@
 """Claiming jobs: a worker takes up to k runnable jobs for its free slots in one call.
 
 Each claim starts an attempt under a new run_token, which fences every later write of the
-attempt (DESIGN.md §4.2); the comment of claim_jobs (schema.sql), which the claim calls, says how
-it stays fair and within every limit.
+attempt (docs/design.md, "Fencing"); the comment of claim_jobs (schema.sql), which the claim
+calls, says how it stays fair and within every limit.
 """
 
 from __future__ import annotations
@@ -16,7 +16,11 @@ import asyncpg
 from jobstream import events
 from jobstream.clock import Clock
 from jobstream.jobspec import BUILT_IN_JOB, AttemptSpec
+from jobstream.settings.worker import WorkerSettings
 from jobstream.sql import queries
+
+# JOBSTREAM_TENANT_MAX_SHARE's default, for callers without settings (tests, benchmarks).
+DEFAULT_MAX_SHARE: float = WorkerSettings.tenant_max_share
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ async def claim(
     clock: Clock,
     limits: Mapping[str, int] | None = None,
     names: Sequence[str] = (BUILT_IN_JOB,),
+    max_share: float = DEFAULT_MAX_SHARE,
 ) -> Claimed | None:
     """Claim the next runnable job of `providers`, or None (claim_batch of one)."""
     held = await claim_batch(
@@ -58,6 +63,7 @@ async def claim(
         limits=limits,
         max_jobs=1,
         names=names,
+        max_share=max_share,
     )
     return held[0] if held else None
 
@@ -72,6 +78,7 @@ async def claim_batch(
     max_jobs: int,
     limits: Mapping[str, int] | None = None,
     names: Sequence[str] = (BUILT_IN_JOB,),
+    max_share: float = DEFAULT_MAX_SHARE,
 ) -> list[Claimed]:
     """Claim up to `max_jobs` runnable jobs of `providers` in one call (claim_jobs, schema.sql).
 
@@ -80,6 +87,8 @@ async def claim_batch(
     `limits` caps the attempts running at once, across every worker, for the providers it names
     (the others have none): the claim locks those providers' rows first, then counts.
     Only jobs named in `names` are claimed: the others wait for a worker that runs them.
+    A tenant without a running limit of its own gets a fair share of the live workers' slots,
+    at most `max_share` of them while other tenants exist (claim_jobs' comment).
     """
     limits = {name: n for name, n in (limits or {}).items() if name in providers}
     unlimited = [name for name in providers if name not in limits]
@@ -88,7 +97,16 @@ async def claim_batch(
     while True:
         try:
             return await _claim_once(
-                pool, unlimited, limits, full_tenants, worker_id, lease_s, clock, max_jobs, names
+                pool,
+                unlimited,
+                limits,
+                full_tenants,
+                worker_id,
+                lease_s,
+                clock,
+                max_jobs,
+                names,
+                max_share,
             )
         except _TenantsFull as full:
             # Other workers' claims for these tenants committed first. The next try counts them
@@ -117,6 +135,7 @@ async def _claim_once(
     clock: Clock,
     max_jobs: int,
     names: Sequence[str],
+    max_share: float,
 ) -> list[Claimed]:
     limited = sorted(limits)
     async with pool.acquire() as conn:
@@ -131,6 +150,7 @@ async def _claim_once(
             full_tenants,
             max_jobs,
             list(names),
+            max_share,
         )
         if jobs and jobs[0]["id"] is None:
             # The claim undid itself: these tenants went over their running limit.

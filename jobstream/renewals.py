@@ -1,4 +1,5 @@
-"""Lease renewals: every attempt of a worker renewed in one statement, fenced per attempt."""
+"""Lease renewals: every attempt of a worker renewed in one statement, fenced per attempt; the
+same statement is the worker's heartbeat (jobstream/workers.py)."""
 
 from __future__ import annotations
 
@@ -30,15 +31,17 @@ class Renewal:
 
 
 async def renew_many(
-    pool: asyncpg.Pool, helds: Sequence[Claimed], lease_s: float, clock: Clock
+    pool: asyncpg.Pool, helds: Sequence[Claimed], lease_s: float, clock: Clock, *, worker_id: str
 ) -> Renewal:
-    """Renew every lease in `helds` in one statement, fenced per attempt (RENEW_LEASES)."""
+    """Renew every lease in `helds` in one statement, fenced per attempt (RENEW_LEASES), and
+    refresh the heartbeat of worker `worker_id`, which holds them."""
     rows = await pool.fetch(
         queries.RENEW_LEASES,
         [held.job_id for held in helds],
         [held.run_token for held in helds],
         lease_s,
         clock.now(),
+        worker_id,
     )
     renewed: dict[uuid.UUID, LeaseState] = {}
     busy: set[uuid.UUID] = set()

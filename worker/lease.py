@@ -3,9 +3,10 @@
 Every lease is renewed every third of its length. A renewal is also how an attempt learns that
 its job was asked to cancel when the NOTIFY was missed: the statement returns each job's status.
 An attempt that the statement no longer finds under its run token has lost its job and must stop
-at once (DESIGN.md §4.2). One statement for every attempt keeps renewals at one a tick per worker
-process, however many attempts it runs (a task and a statement per attempt cost a busy worker a
-tenth of its time, and PostgreSQL a commit per attempt per tick).
+at once (docs/design.md, "Leases, renewals and the reaper"). One statement for every attempt
+keeps renewals at one a tick per worker process, however many attempts it runs (a task and a
+statement per attempt cost a busy worker a tenth of its time, and PostgreSQL a commit per
+attempt per tick).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import uuid
 import asyncpg
 import structlog
 
-from jobstream import db, renewals
+from jobstream import db, renewals, workers
 from jobstream.claims import Claimed
 from jobstream.clock import Clock
 from jobstream.worker.inbox import CancelRequested, Inbox, LeaseLost
+from jobstream.workers import WorkerProcess
 
 log = structlog.get_logger(__name__)
 
@@ -49,8 +51,11 @@ class Lease:
 
 
 class Leases:
-    def __init__(self, pool: asyncpg.Pool, *, lease_s: float, clock: Clock) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, *, worker: WorkerProcess, lease_s: float, clock: Clock
+    ) -> None:
         self._pool = pool
+        self._worker = worker
         self._lease_s = lease_s
         self._clock = clock
         self._held: dict[uuid.UUID, Lease] = {}  # by run token: one per attempt
@@ -74,7 +79,11 @@ class Leases:
         self._check_now.set()
 
     async def run(self) -> None:
-        """Renew until cancelled; tell each attempt that loses its lease or is asked to cancel."""
+        """Renew until cancelled; tell each attempt that loses its lease or is asked to cancel.
+
+        The same tick keeps the worker's own row alive (jobstream/workers.py): a renewal carries
+        its heartbeat, and a worker that holds no lease sends one small heartbeat instead.
+        """
         interval = self._lease_s / 3
         wait_s = interval
         while True:
@@ -84,7 +93,25 @@ class Leases:
             except TimeoutError:
                 pass
             self._check_now.clear()
-            wait_s = await self._renew(list(self._held.values())) if self._held else interval
+            held = list(self._held.values())
+            wait_s = await self._renew(held) if held else await self._beat()
+
+    async def _beat(self) -> float:
+        """The idle worker's heartbeat; returns how long to wait before the next tick."""
+        interval = self._lease_s / 3
+        try:
+            # Bounded by the tick: an attempt claimed meanwhile must not wait behind a heartbeat
+            # on a black-holed connection for its first renewal.
+            async with asyncio.timeout(interval):
+                await workers.heartbeat(self._pool, self._worker, self._clock)
+        except Exception as exc:
+            # One missed heartbeat costs nothing yet: the row counts as live for a whole lease.
+            error = str(exc) or type(exc).__name__
+            if isinstance(exc, db.DISCONNECTS):  # a timeout too
+                log.warning("worker_heartbeat_failed", error=error)
+            else:
+                log.exception("worker_heartbeat_failed", error=error)
+        return interval
 
     async def _renew(self, leases: list[Lease]) -> float:
         """One renewal of `leases`; returns how long to wait before the next."""
@@ -97,7 +124,11 @@ class Leases:
             # (and paying the provider) for a job that another worker may hold by now.
             async with asyncio.timeout_at(min(lease.deadline for lease in leases)):
                 renewal = await renewals.renew_many(
-                    self._pool, [lease.held for lease in leases], self._lease_s, self._clock
+                    self._pool,
+                    [lease.held for lease in leases],
+                    self._lease_s,
+                    self._clock,
+                    worker_id=self._worker.id,
                 )
         except Exception as exc:
             # A lost connection, or a server refusing work for now: the leases may still be

@@ -3,7 +3,8 @@
 One loop waits for "notified, or poll interval elapsed, or stop" (LISTEN wakes; the table
 decides), then reaps expired leases and claims while it has free slots. Every attempt runs in a
 named, tracked task. On stop: no more claims, running attempts get `shutdown_grace_s`, then they
-are interrupted and hand their job straight back to the queue (worker/drain.py, DESIGN.md §7).
+are interrupted and hand their job straight back to the queue (worker/drain.py;
+docs/design.md, "Shutdown").
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import asyncpg
 import structlog
 
-from jobstream import attempts, channels, claims, db, logs
+from jobstream import attempts, channels, claims, db, logs, workers
 from jobstream.app import App
 from jobstream.claims import Claimed
 from jobstream.clock import Clock, DatabaseClock
@@ -39,6 +40,7 @@ from jobstream.worker.providers.base import Provider
 from jobstream.worker.providers.registry import build_providers, close_providers
 from jobstream.worker.token_writes import TokenWrites
 from jobstream.worker.webhooks import WebhookSender
+from jobstream.workers import WorkerProcess
 
 log = structlog.get_logger(__name__)
 
@@ -79,6 +81,10 @@ class Worker:
             max_workers=2 * settings.worker_concurrency, thread_name_prefix="jobstream-job"
         )
         self.worker_id = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        # Its `workers` row: the slots it adds to the fleet that tenants share (claim_jobs).
+        self.process = WorkerProcess.this_process(
+            self.worker_id, self.job_names, settings.worker_concurrency
+        )
         self._running: dict[tuple[uuid.UUID, int], Running] = {}
         self._wake = asyncio.Event()
         # Wake-ups so far: a claim notes the count when it starts, and one that arrives while it
@@ -147,6 +153,12 @@ class Worker:
                         generic_plans=True,
                     ),
                 )
+            try:
+                await workers.register(self._pool, self.process, self._clock)
+            except BaseException:
+                if self._owns_pool:
+                    await self._pool.close()
+                raise
             listener = asyncio.create_task(self._listener.run(), name=f"listener:{self.worker_id}")
             listener.add_done_callback(self._on_listener_done)
             self._completions = Completions(self._pool, self._clock)
@@ -159,7 +171,9 @@ class Worker:
                 self._journals.run(), name=f"step-journals:{self.worker_id}"
             )
             journal_writer.add_done_callback(self._on_writer_done)
-            self._leases = Leases(self._pool, lease_s=self._settings.lease_s, clock=self._clock)
+            self._leases = Leases(
+                self._pool, worker=self.process, lease_s=self._settings.lease_s, clock=self._clock
+            )
             renewals = asyncio.create_task(self._leases.run(), name=f"leases:{self.worker_id}")
             renewals.add_done_callback(self._on_renewals_done)
             self._token_writes = TokenWrites(
@@ -211,6 +225,8 @@ class Worker:
                     janitor,
                     return_exceptions=True,
                 )
+                # Its attempts are handed back: its slots leave the fleet now.
+                await self._stopped(self._pool)
                 if self._owns_pool:
                     await self._pool.close()
                 if self._owns_providers:
@@ -219,6 +235,15 @@ class Worker:
                 # writes are refused (its attempt ended).
                 self._threads.shutdown(wait=False, cancel_futures=True)
                 log.info("worker_stopped", results=dict(self.results))
+
+    async def _stopped(self, pool: asyncpg.Pool) -> None:
+        try:
+            # Bounded: a database that does not answer must not hold up the exit; the row then
+            # stops counting a lease after its last heartbeat.
+            async with asyncio.timeout(self._settings.lease_s / 3):
+                await workers.stopped(pool, self.worker_id, self._clock)
+        except Exception as exc:
+            log.warning("worker_stop_not_recorded", error=str(exc) or type(exc).__name__)
 
     async def _claim_loop(self, pool: asyncpg.Pool) -> None:
         in_flight: set[asyncio.Task[None]] = set()
@@ -293,6 +318,7 @@ class Worker:
                 limits=self._settings.provider_limits,
                 max_jobs=slots,
                 names=self.job_names,
+                max_share=self._settings.tenant_max_share,
             )
             for held in batch:
                 self._start(pool, held, claimed_at)

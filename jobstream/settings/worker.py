@@ -15,6 +15,14 @@ class WorkerSettings:
     worker_concurrency: int = setting(
         "JOBSTREAM_WORKER_CONCURRENCY", 8, "Attempts one worker process runs at once.", minimum=1
     )
+    tenant_max_share: float = setting(
+        "JOBSTREAM_TENANT_MAX_SHARE",
+        0.75,
+        "The most of the fleet's slots (the live workers' JOBSTREAM_WORKER_CONCURRENCY summed) one "
+        "tenant without a running limit of its own may take while another tenant could want one, "
+        "0 to 1; such a tenant gets min(this share, an equal split among the tenants with jobs "
+        "queued or running), at least 1. A deployment with one tenant has no such limit.",
+    )
     claim_gather_s: float = setting(
         "JOBSTREAM_CLAIM_GATHER_S",
         0.005,
@@ -164,4 +172,6 @@ def problems(settings: WorkerSettings) -> list[str]:
     ]
     if settings.janitor_duty > 1:
         found.append("JOBSTREAM_JANITOR_DUTY is a share of time: at most 1")
+    if not 0 < settings.tenant_max_share <= 1:
+        found.append("JOBSTREAM_TENANT_MAX_SHARE is a share of the slots: above 0, at most 1")
     return found

@@ -7,13 +7,15 @@
 -- Claim up to $8 runnable jobs in one call of schema.sql's claim_jobs (its comment says how the
 -- claim stays fair and within every limit): $1 providers without a limit, $2 worker id, $3 lease
 -- seconds, $4 now (NULL: the database clock), $5 providers with a limit, sorted, and $6 their
--- limits, $7 tenants to skip (found full by an earlier try), $9 the job names the worker runs.
+-- limits, $7 tenants to skip (found full by an earlier try), $9 the job names the worker runs,
+-- $10 the most of the fleet's slots a tenant without a running limit of its own may take while
+-- another tenant could want one (JOBSTREAM_TENANT_MAX_SHARE).
 -- Rows with no id: the tenants they name went over their running limit, and the claim undid
 -- itself.
 SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,
        last_seq, job_name
   FROM claim_jobs($1::text[], $2, $3, $4::timestamptz, $5::text[], $6::int[], $7::text[], $8,
-                  $9::text[])
+                  $9::text[], $10::float8)
 
 -- name: PAUSE_PROVIDER
 -- A 429 pauses the provider for every worker (CLAIM_JOBS skips paused providers). GREATEST keeps

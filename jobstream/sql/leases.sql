@@ -11,9 +11,14 @@
 -- worker's own success batch, a cancel request) is left for the next tick instead of waited on,
 -- so a renewal can never close a lock cycle with another multi-row write. `mine` tells such a
 -- skipped attempt (still ours: try again soon) from a fenced one (the job moved on). An attempt
--- is named by its run token, unique to it.
--- $1 job ids, $2 their run tokens, $3 lease seconds, $4 now (NULL: the database's).
-WITH mine AS (
+-- is named by its run token, unique to it. The same statement is the worker's heartbeat
+-- (`beat`, its `workers` row: workers.sql), so a busy worker's heartbeat costs no round trip.
+-- $1 job ids, $2 their run tokens, $3 lease seconds, $4 now (NULL: the database's), $5 the
+-- worker's id.
+WITH beat AS (
+    UPDATE workers SET heartbeat_at = coalesce($4::timestamptz, statement_timestamp())
+     WHERE id = $5
+), mine AS (
     SELECT j.id, j.run_token
       FROM jobs j
       JOIN unnest($1::uuid[], $2::uuid[]) AS h (job_id, run_token)

@@ -1,5 +1,5 @@
-"""The claim at scale (DESIGN.md §7): batches, turns across tenants, delayed jobs, and a cost
-that does not grow with the backlog."""
+"""The claim at scale (docs/design.md, "Claim"): batches, turns across tenants, delayed jobs,
+and a cost that does not grow with the backlog."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ async def test_a_claim_that_loses_the_race_for_a_tenants_last_slot_undoes_itself
     # undo the claim as well, and be logged at every lost race).
     await pool.execute("UPDATE tenants SET max_running = 1 WHERE id = 'default'")
     await enqueue(pool, "default", 2)
-    args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 1, ["llm"])
+    args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 1, ["llm"], 0.75)
     first, second = [await db.connect(database_url) for _ in range(2)]
     try:
         ahead = first.transaction()
@@ -183,7 +183,7 @@ async def statement_pages(pool: asyncpg.Pool, statement: str, *args: object) -> 
 
 async def claim_buffers(pool: asyncpg.Pool) -> int:
     """Pages one claim of 8 jobs touches."""
-    args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 8, ["llm"])
+    args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 8, ["llm"], 0.75)
     touched, rows = await statement_pages(pool, queries.CLAIM_JOBS, *args)
     assert rows == 8
     return touched
@@ -209,7 +209,8 @@ async def test_the_claim_reads_as_much_with_20000_jobs_queued_as_with_200(
 
 async def limited_claim_buffers(pool: asyncpg.Pool, limited: list[str]) -> int:
     """Pages a claim for providers with a limit touches (their probe, then the claim)."""
-    args: tuple[object, ...] = ([], "w", 30.0, None, limited, [16] * len(limited), [], 8, ["llm"])
+    limits = [16] * len(limited)
+    args: tuple[object, ...] = ([], "w", 30.0, None, limited, limits, [], 8, ["llm"], 0.75)
     touched, _ = await statement_pages(pool, queries.CLAIM_JOBS, *args)
     return touched
 
@@ -239,6 +240,7 @@ async def test_a_limited_providers_probe_reads_as_much_with_20000_jobs_queued_as
         [],
         8,
         ["llm"],
+        0.75,
     )
     claimed = await pool.fetch(queries.CLAIM_JOBS, *args)
     assert [row["provider"] for row in claimed] == ["simulated"] * 8
@@ -281,7 +283,9 @@ async def test_two_claims_taking_turns_behind_a_third_never_deadlock(
         await writer.execute("UPDATE tenants SET last_claimed_at = now() WHERE id = 'default'")
 
         async def take_turn(conn: asyncpg.Connection) -> int:
-            args: tuple[object, ...] = (["simulated"], "w", 30.0, None, [], [], [], 1, ["llm"])
+            args: tuple[object, ...] = (
+                ["simulated"], "w", 30.0, None, [], [], [], 1, ["llm"], 0.75,
+            )  # fmt: skip
             return len(await conn.fetch(queries.CLAIM_JOBS, *args))
 
         turns = [asyncio.create_task(take_turn(first))]

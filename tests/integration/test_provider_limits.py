@@ -1,4 +1,5 @@
-"""The provider-wide concurrency limit, enforced by the claim in PostgreSQL (DESIGN.md §7).
+"""The provider-wide concurrency limit, enforced by the claim in PostgreSQL (docs/design.md,
+"Claim").
 
 Claims race on separate connections, as claims of separate worker processes do: the limit must
 hold exactly, not only on average.
@@ -123,7 +124,7 @@ async def test_schema_applies_while_a_claim_holds_a_provider_row(
 
             await eventually(settled, bool, what="the schema is applied or waits for a lock")
             job = await claimer.fetchrow(
-                queries.CLAIM_JOBS, [], "w", 30.0, None, ["openai"], [LIMIT], [], 1, ["llm"]
+                queries.CLAIM_JOBS, [], "w", 30.0, None, ["openai"], [LIMIT], [], 1, ["llm"], 0.75
             )
         async with asyncio.timeout(10):
             await applying

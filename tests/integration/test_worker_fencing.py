@@ -1,4 +1,5 @@
-"""Fencing (DESIGN.md §4.2): a stale attempt's writes change nothing, and the attempt stops."""
+"""Fencing (docs/design.md, "Fencing"): a stale attempt's writes change nothing, and the attempt
+stops."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ async def claim(pool: asyncpg.Pool, clock: ManualClock, worker_id: str) -> Claim
 
 
 async def renew(pool: asyncpg.Pool, held: Claimed, clock: ManualClock) -> None:
-    if held.run_token not in (await renewals.renew_many(pool, [held], LEASE_S, clock)).renewed:
+    renewal = await renewals.renew_many(pool, [held], LEASE_S, clock, worker_id="test")
+    if held.run_token not in renewal.renewed:
         raise Fenced("not renewed")
 
 
@@ -122,7 +124,7 @@ async def test_one_renewal_renews_many_fences_the_stale_and_waits_for_none(
         await other.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", locked.job_id)
         async with asyncio.timeout(5):
             renewal = await renewals.renew_many(
-                pool, [stale, current, locked, free], LEASE_S, clock
+                pool, [stale, current, locked, free], LEASE_S, clock, worker_id="first"
             )
     assert current.job_id == stale_job
     assert set(renewal.renewed) == {current.run_token, free.run_token}

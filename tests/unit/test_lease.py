@@ -12,6 +12,7 @@ from jobstream.claims import Claimed
 from jobstream.jobspec import AttemptSpec
 from jobstream.worker.inbox import Inbox, LeaseLost
 from jobstream.worker.lease import Leases
+from jobstream.workers import WorkerProcess
 from tests.support.clock import ManualClock
 
 LEASE_S = 0.3
@@ -37,7 +38,8 @@ async def test_a_renewal_that_hangs_past_the_lease_ends_the_attempt() -> None:
     pool = BlackHolePool()
     inbox = Inbox()
     loop = asyncio.get_running_loop()
-    leases = Leases(cast(asyncpg.Pool, pool), lease_s=LEASE_S, clock=ManualClock())
+    worker = WorkerProcess.this_process("w", ["llm"], 8)
+    leases = Leases(cast(asyncpg.Pool, pool), worker=worker, lease_s=LEASE_S, clock=ManualClock())
     lease = leases.hold(held(), inbox, claimed_at=loop.time())
     renewals = asyncio.create_task(leases.run())
     try:

@@ -90,3 +90,11 @@ def test_unknown_variables_are_warned_about_with_the_nearest_name() -> None:
 
 def test_log_json_unset_means_decided_by_the_terminal() -> None:
     assert Settings.from_env({}).log_json is None
+
+
+def test_the_tenants_share_of_the_fleet_is_a_share() -> None:
+    assert Settings.from_env({}).tenant_max_share == 0.75
+    assert Settings.from_env({"JOBSTREAM_TENANT_MAX_SHARE": "1"}).tenant_max_share == 1.0
+    for refused in ("0", "-0.5", "1.5"):
+        with pytest.raises(SettingsError, match="JOBSTREAM_TENANT_MAX_SHARE"):
+            Settings.from_env({"JOBSTREAM_TENANT_MAX_SHARE": refused})
