@@ -2,6 +2,8 @@
 
 `jobstream submit PROMPT` makes the built-in job; `jobstream submit --job NAME --input JSON` (or
 `--input @file.json`) one of the jobs an app registered.
+`jobstream tenants create|rotate-key|revoke-key` works on DATABASE_URL's database, not through a
+server (jobstream.tenants).
 
 Exit codes: 0 the job succeeded (or the request was done); 1 the job ended without success
 (failed, dead, cancelled); 2 the request was refused (unknown job, invalid input); 3 the server
@@ -51,6 +53,12 @@ def parser() -> argparse.ArgumentParser:
     # JOBSTREAM_APP, JOBSTREAM_*), as `python -m jobstream.server` and the like.
     for name, says in _PROCESSES.items():
         commands.add_parser(name, help=says)
+    # Run against DATABASE_URL, not the server: main() hands its arguments to jobstream.tenants.
+    commands.add_parser(
+        "tenants",
+        help="tenants and their API keys: create, rotate-key, revoke-key (--help for more)",
+        add_help=False,
+    )
 
     submit = commands.add_parser("submit", parents=[common], help="create a job")
     what = submit.add_mutually_exclusive_group(required=True)
@@ -74,7 +82,8 @@ def parser() -> argparse.ArgumentParser:
         type=_json_object,
         metavar="JSON",
         help="the simulated provider's options, a JSON object: "
-        """'{"tokens": 200, "tokens_per_second": 20, "pattern": "words"}' (API.md lists them)""",
+        """'{"tokens": 200, "tokens_per_second": 20, "pattern": "words"}' """
+        '(docs/design.md, "The simulated provider", lists them)',
     )
     submit.add_argument("--metadata", type=_json_object, metavar="JSON", help="a JSON object")
     submit.add_argument(
@@ -162,6 +171,12 @@ def _process(name: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["tenants"]:
+        # Imported here, as the processes are: the client's commands never load the database.
+        from jobstream import tenants
+
+        return tenants.main(argv[1:], prog="jobstream tenants")
     top = parser()
     args = top.parse_args(argv)
     if args.command in _PROCESSES:

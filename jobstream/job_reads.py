@@ -48,6 +48,11 @@ class Progress:
 
     status: JobStatus
     last_seq: int  # the seq of its last event
+    tenant_id: str  # whose job it is, whoever reads it (a token's holder names no tenant)
+    # For a token's holder: the tenant's key generation, and whether the previous one's grace
+    # runs (the token's generation must still be good: server/stream_tokens.py accepts).
+    key_generation: int | None = None
+    previous_key_valid: bool = False
 
     @property
     def finished(self) -> bool:
@@ -64,7 +69,10 @@ async def progress(pool: asyncpg.Pool, job_id: uuid.UUID, tenant_id: str | None)
         row = await pool.fetchrow(queries.JOB_PROGRESS, job_id, tenant_id)
     if row is None:
         raise JobNotFound(str(job_id))
-    return Progress(row["status"], row["last_seq"])
+    return Progress(
+        row["status"], row["last_seq"], row["tenant_id"],
+        row.get("key_generation"), row.get("previous_key_valid", False),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

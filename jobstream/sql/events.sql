@@ -5,9 +5,10 @@
 
 -- name: APPEND_EVENTS
 -- Append events to a job's log. The UPDATE allocates the seq range under the job's row lock, so
--- commit order equals seq order (DESIGN.md §4.3); the insert and the NOTIFY ride in the same
--- statement. $2 (run_token) fences the write: NULL for writes by the API (no attempt involved),
--- else the attempt's token, and then only while the job is active.
+-- commit order equals seq order (docs/design.md, "The event log and its seq"); the insert and
+-- the NOTIFY ride in the same statement. $2 (run_token) fences the write: NULL for writes by
+-- the API (no attempt involved), else the attempt's token, and then only while the job is
+-- active.
 -- A `done` ends the log: its last_seq then counts as the job's events (metric_totals), and the
 -- scrape stops adding the job's live last_seq (it is no longer queued or running).
 WITH bumped AS (
@@ -66,13 +67,19 @@ SELECT c.job_id, e.seq, e.type, e.attempt, e.data, e.created_at
  ORDER BY c.job_id, e.seq
 
 -- name: JOB_PROGRESS
--- What a stream needs to know before it starts: does the job exist, and is it finished?
-SELECT status, last_seq FROM jobs WHERE id = $1 AND tenant_id = $2
+-- What a stream needs to know before it starts: does the job exist, and is it finished? (Its
+-- tenant too, which its streams count against.)
+SELECT status, last_seq, tenant_id FROM jobs WHERE id = $1 AND tenant_id = $2
 
 -- name: JOB_PROGRESS_BY_TOKEN
 -- The same for a reader holding only the job's signed events token (a browser's EventSource,
--- which cannot send a key): the token names the job, so no tenant is known or needed.
-SELECT status, last_seq FROM jobs WHERE id = $1
+-- which cannot send a key): the token names the job, and the job names its tenant. With the
+-- tenant's key generation, which the token must still match (server/stream_tokens.py accepts):
+-- a revoked or rotated key ends its tokens at the next connect, for no round trip of its own.
+SELECT j.status, j.last_seq, j.tenant_id, t.key_generation,
+       coalesce(t.previous_key_until > now(), false) AS previous_key_valid
+  FROM jobs j JOIN tenants t ON t.id = j.tenant_id
+ WHERE j.id = $1
 
 -- name: JOB_LAST_SEQ
 -- Where the hub starts reading a job it begins to follow.

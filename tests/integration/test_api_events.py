@@ -116,10 +116,10 @@ async def test_an_expired_token_is_refused(client: httpx.AsyncClient, settings: 
     job = await create(client)
     # Signed with the server's key, but an hour past its expiry.
     long_ago = StreamTokens(settings.secret_key, 3600, now=lambda: time.time() - 7200)
-    response = await client.get(plain(job), params={"token": long_ago.issue(job["id"])})
+    response = await client.get(plain(job), params={"token": long_ago.issue(job["id"], 1)})
     assert response.status_code == 404
     fresh = StreamTokens(settings.secret_key, 3600)
-    assert (await client.get(plain(job), params={"token": fresh.issue(job["id"])})).is_success
+    assert (await client.get(plain(job), params={"token": fresh.issue(job["id"], 1)})).is_success
 
 
 async def test_tokens_never_reach_the_access_log(
@@ -177,7 +177,7 @@ async def app_client(settings: Settings) -> AsyncIterator[tuple[Starlette, httpx
 async def test_a_cursor_past_the_end_of_the_log_waits_for_events_after_it(
     app_client: tuple[Starlette, httpx.AsyncClient], pool: asyncpg.Pool
 ) -> None:
-    # DESIGN.md §4.4: any cursor, even one the log has not reached yet.
+    # docs/design.md, invariant 7: any cursor, even one the log has not reached yet.
     app, client = app_client
     hub: Hub = app.state.js.hub
     job = await create(client)
