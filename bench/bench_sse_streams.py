@@ -58,6 +58,8 @@ async def open_streams(url: str, count: int) -> None:
         url,
         JOBSTREAM_PORT=str(port),
         JOBSTREAM_MAX_CONNECTIONS=str(count + 100),
+        # Every stream is the `default` tenant's: its cap would be a quarter of them.
+        JOBSTREAM_TENANT_MAX_STREAMS=str(count),
     )
     opened: list[asyncio.StreamWriter] = []
     try:

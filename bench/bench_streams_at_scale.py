@@ -151,7 +151,10 @@ async def many_streams(
     returns the main ones."""
     pool = await db.create_pool(url, min_size=1, max_size=4)
     port = _free_port()
-    server = _spawn("server", url, JOBSTREAM_PORT=str(port))
+    # Every follower is the `default` tenant's, whose cap is a quarter of the connections.
+    server = _spawn(
+        "server", url, JOBSTREAM_PORT=str(port), JOBSTREAM_TENANT_MAX_STREAMS=str(count)
+    )
     running: list[subprocess.Popen[bytes]] = []
     arrived: dict[str, list[tuple[str, float, float, str]]] = {}
     try:

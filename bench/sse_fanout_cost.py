@@ -30,6 +30,7 @@ from jobstream.server.event_stream import EventStream
 from jobstream.server.events_api import _Stream
 from jobstream.server.flag import Stop
 from jobstream.server.state import AppState
+from jobstream.server.stream_slots import StreamSlots
 from jobstream.server.subscription import Subscription
 from jobstream.settings import Settings
 
@@ -91,8 +92,11 @@ async def one_run() -> float:
 
     scope = {"type": "http", "method": "GET"}
     state = cast(AppState, app)
+    slots = StreamSlots(STREAMS)  # each stream takes one, as a handler does, once
     streams = [
-        asyncio.ensure_future(_Stream(state, uuid.uuid4(), 0, 0, True)(scope, receive, send))
+        asyncio.ensure_future(
+            _Stream(state, uuid.uuid4(), 0, 0, True, slots.take("default"))(scope, receive, send)
+        )
         for _ in range(STREAMS)
     ]
     target = STREAMS  # each stream's `retry` frame: every stream is live

@@ -61,6 +61,7 @@ class Follower:
         failures = 0
         while True:
             ended_after_done = False
+            not_before_s = 0.0  # the server's Retry-After, when it said one
             try:
                 async with contextlib.aclosing(self._connection()) as connection:
                     async for event in connection:
@@ -77,13 +78,16 @@ class Follower:
                 reason = str(exc) or type(exc).__name__
             except _ServerError as exc:
                 reason = str(exc)
+            except _TryLater as exc:
+                reason, not_before_s = str(exc), exc.retry_after_s
             if self._restart:
                 self._restart = False
                 continue
             # The server's retry interval first, then doubling, with jitter so a fleet of
-            # clients dropped at once by a restart does not come back at once.
+            # clients dropped at once by a restart does not come back at once; never sooner
+            # than a 429's Retry-After.
             delay = min(self._retry_s * 2**failures, self._backoff_max_s)
-            delay *= 0.5 + self._rng.random() / 2
+            delay = max(delay * (0.5 + self._rng.random() / 2), not_before_s)
             failures += 1
             if self._on_retry is not None:
                 self._on_retry(delay, reason)
@@ -98,6 +102,10 @@ class Follower:
                 return
             if response.status_code >= 500:
                 raise _ServerError(f"server error {response.status_code}")
+            if response.status_code == 429:
+                # Too many streams open for the job's tenant on that server: one may end soon.
+                await response.aread()
+                raise _TryLater(_retry_after(response), f"429: {_detail(response)}")
             if response.status_code != 200:
                 await response.aread()
                 raise FollowError(response.status_code, _detail(response))
@@ -113,6 +121,20 @@ class Follower:
 
 class _ServerError(Exception):
     """A 5xx: this replica is in trouble; another try (maybe another replica) may work."""
+
+
+class _TryLater(Exception):
+    """A 429: refused for now, to be asked again no sooner than `retry_after_s`."""
+
+    def __init__(self, retry_after_s: float, reason: str) -> None:
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """Retry-After in seconds (its date form, which this server never sends, counts as 0)."""
+    raw = response.headers.get("retry-after", "")
+    return float(raw) if raw.isascii() and raw.isdigit() else 0.0
 
 
 def _detail(response: httpx.Response) -> str:

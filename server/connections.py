@@ -45,6 +45,12 @@ def raise_open_file_limit() -> int:
     return target
 
 
+def open_file_limit() -> int:
+    """This process's soft open-file limit now (after raise_open_file_limit, what it got)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return UNLIMITED_OPEN_FILES if soft == resource.RLIM_INFINITY else soft
+
+
 def connection_limit(configured: int | None, open_files: int) -> int:
     """JOBSTREAM_MAX_CONNECTIONS, or what `open_files` descriptors can serve."""
     if configured is not None:

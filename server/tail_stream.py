@@ -18,6 +18,7 @@ from jobstream.events import Event
 from jobstream.server.event_stream import EventStream
 from jobstream.server.flag import Flag, Stop
 from jobstream.server.state import AppState
+from jobstream.server.stream_slots import Slot
 from jobstream.server.subscription import SubscriptionClosed
 from jobstream.server.tail import Tail
 
@@ -25,7 +26,11 @@ from jobstream.server.tail import Tail
 class TailStream(Response):
     """The events after `cursor`, one chunk a batch the tail gives, following the job if `live`,
     until the log's `done` (or `ended` says so) or the end of the subscription (cut off, or the
-    server stopping: the client resumes)."""
+    server stopping: the client resumes).
+
+    `slot` is the stream's place in its tenant's count (server/stream_slots.py), taken by the
+    handler that returns this response and released when it has been served, however it ends.
+    """
 
     def __init__(  # no super().__init__: nothing of a buffered Response applies to a stream
         self,
@@ -35,9 +40,11 @@ class TailStream(Response):
         *,
         last_seq: int,
         live: bool,
+        slot: Slot,
         send_timeout_s: float | None = None,
     ) -> None:
         self._app = app
+        self._slot = slot
         self._job_id = job_id
         self._cursor = cursor
         self._last_seq = last_seq
@@ -72,7 +79,10 @@ class TailStream(Response):
             stop=self._stop,
             send_timeout_s=self._send_timeout_s,
         )
-        await self._app.serve_stream(response, scope, receive, send)
+        try:
+            await self._app.serve_stream(response, scope, receive, send)
+        finally:
+            self._slot.release()
 
     # --- the body ---
 

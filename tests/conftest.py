@@ -61,6 +61,9 @@ def settings(database_url: str) -> Settings:
         sse_heartbeat_s=15.0,
         log_json=True,
         secret_key="test-secret",
+        # Unset, the cap on a tenant's streams follows this process's open-file limit: a test of
+        # many streams (all the `default` tenant's) must not depend on the machine's.
+        tenant_max_streams=10_000,
     )
 
 

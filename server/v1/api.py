@@ -4,24 +4,26 @@ A response is a job, created and read through the same functions as /api/jobs. W
 without `background: true` does (docs/openai.md): with `stream: true` it streams exactly as a
 background stream would; without it, the request waits for the job to end (or for the client to
 leave, or the server to stop) and answers with the response as it then is. Either way the job
-runs on if the client leaves (DESIGN.md §1: a request's end cancels nothing), and its id lets
-the client read it later.
+runs on if the client leaves (docs/design.md, "Three lifetimes, kept apart": a request's end
+cancels nothing), and its id lets the client read it later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from typing import Any
 
 import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jobstream import job_reads, jobs
+from jobstream import job_reads, jobs, new_jobs
 from jobstream.errors import JobNotFound
 from jobstream.job_reads import Snapshot
 from jobstream.jobspec import JobSpec
-from jobstream.server import validation
+from jobstream.server import gone, validation
 from jobstream.server.auth import sdk_tenant_id
 from jobstream.server.jobs_api import create, create_request, job_spec, log_created
 from jobstream.server.problems import Problem, not_found
@@ -43,21 +45,54 @@ async def create_response(request: Request) -> Response:
     app = state(request)
     tenant = await sdk_tenant_id(request)  # first: an unauthenticated caller learns nothing more
     key, body = await create_request(request)
+    # Hashed as sent, before parsing fills anything in: what a key's replay is compared by.
+    sent = dict(body) if key is not None else None
     asked = params.parse(body)
-    outcome = await create(request, tenant, _job_spec(app, asked.job), key)
-    job = outcome.job
-    if outcome.created:
-        log_created(job)
-    head = Head.of(job, app.settings)
+    spec = _job_spec(app, asked.job)
     if asked.stream:
-        return ResponseStream(app, head, last_seq=job.last_seq, live=True)
-    if not asked.background and job.status not in TERMINAL_STATUSES:
-        await _until_finished(request, app, job.id, job.last_seq)
-    elif outcome.created:
-        # Just made: queued, no attempt, no text. The create's own row is the answer, as of
-        # its own transaction, not a second read.
-        return json_response(objects.from_snapshot(head, Snapshot(job, [], "")))
-    return await _current(app, tenant, head)
+        return await _create_streaming(request, app, tenant, spec, key, sent)
+    # Without `background` the answer waits for the job's end, holding its connection as a
+    # stream does: it takes one of the tenant's stream slots, before the job is made.
+    with app.streams.take(tenant) if not asked.background else contextlib.nullcontext():
+        outcome = await _create(request, tenant, spec, key, sent)
+        job = outcome.job
+        head = Head.of(job, app.settings)
+        if not asked.background and job.status not in TERMINAL_STATUSES:
+            await _until_finished(request, app, job.id, job.last_seq)
+        elif outcome.created:
+            # Just made: queued, no attempt, no text. The create's own row is the answer, as of
+            # its own transaction, not a second read.
+            return json_response(objects.from_snapshot(head, Snapshot(job, [], "")))
+        return await _current(app, tenant, head)
+
+
+async def _create_streaming(
+    request: Request,
+    app: AppState,
+    tenant: str,
+    spec: JobSpec,
+    key: str | None,
+    sent: dict[str, Any] | None,
+) -> ResponseStream:
+    """`stream: true`: the new job's events. Its stream slot is taken first, so that a refusal
+    (429, which the SDKs retry) leaves no job behind."""
+    slot = app.streams.take(tenant)
+    try:
+        job = (await _create(request, tenant, spec, key, sent)).job
+    except BaseException:
+        slot.release()
+        raise
+    head = Head.of(job, app.settings)
+    return ResponseStream(app, head, last_seq=job.last_seq, live=True, slot=slot)
+
+
+async def _create(
+    request: Request, tenant: str, spec: JobSpec, key: str | None, sent: dict[str, Any] | None
+) -> new_jobs.Created:
+    outcome = await create(request, tenant, spec, key, sent)
+    if outcome.created:
+        log_created(outcome.job)
+    return outcome
 
 
 def _job_spec(app: AppState, body: dict[str, object]) -> JobSpec:
@@ -107,7 +142,7 @@ async def _current(app: AppState, tenant: str, head: Head) -> Response:
     try:
         snap = await job_reads.snapshot(app.pool, tenant, head.job_id)
     except JobNotFound:
-        raise not_found(f"No response {ids.response_id(head.job_id)}.") from None
+        raise await _unknown(app, tenant, head.job_id) from None
     return json_response(objects.from_snapshot(head, snap))
 
 
@@ -123,11 +158,11 @@ async def retrieve_response(request: Request) -> Response:
             return json_response(objects.from_snapshot(Head.of(snap.job, app.settings), snap))
         job = await job_reads.get(app.pool, tenant, job_id)
     except JobNotFound:
-        raise _unknown(job_id) from None
+        raise await _unknown(app, tenant, job_id) from None
     live = job.status not in TERMINAL_STATUSES
     return ResponseStream(
         app, Head.of(job, app.settings), last_seq=job.last_seq, live=live,
-        starting_after=starting_after,
+        slot=app.streams.take(tenant), starting_after=starting_after,
     )  # fmt: skip
 
 
@@ -138,7 +173,7 @@ async def cancel_response(request: Request) -> Response:
     try:
         snap, changed = await jobs.cancel(app.pool, tenant, job_id, app.clock)
     except JobNotFound:
-        raise _unknown(job_id) from None
+        raise await _unknown(app, tenant, job_id) from None
     if changed:
         log.info("job_cancel_requested", job_id=str(job_id), status=snap.job.status)
     return json_response(objects.from_snapshot(Head.of(snap.job, app.settings), snap))
@@ -150,7 +185,7 @@ async def delete_response(request: Request) -> Response:
     try:
         deleted = await jobs.delete_finished(app.pool, tenant, job_id)
     except JobNotFound:
-        raise _unknown(job_id) from None
+        raise await _unknown(app, tenant, job_id) from None
     if not deleted:
         raise Problem(
             409, "response-running", "Response still running",
@@ -175,8 +210,9 @@ def _job_id(request: Request) -> uuid.UUID:
     return job_id
 
 
-def _unknown(job_id: uuid.UUID) -> Problem:
-    return not_found(f"No response {ids.response_id(job_id)}.")
+async def _unknown(app: AppState, tenant: str, job_id: uuid.UUID) -> Problem:
+    """404, or 410 while the tombstone of a job retention deleted is kept (server/gone.py)."""
+    return await gone.missing(app, job_id, tenant, name=f"response {ids.response_id(job_id)}")
 
 
 def _flag(raw: str | None, name: str) -> bool:

@@ -14,6 +14,7 @@ import orjson
 from jobstream import sse
 from jobstream.events import Event
 from jobstream.server.state import AppState
+from jobstream.server.stream_slots import Slot
 from jobstream.server.tail_stream import TailStream
 from jobstream.server.v1.mapping import ResponseEvent, ResponseEvents
 from jobstream.server.v1.objects import Head
@@ -29,11 +30,12 @@ class ResponseStream(TailStream):
         *,
         last_seq: int,
         live: bool,
+        slot: Slot,
         starting_after: int = -1,
     ) -> None:
         # From the log's start whatever the cursor: an event's numbering depends on what came
         # before it (mapping.py).
-        super().__init__(app, head.job_id, 0, last_seq=last_seq, live=live)
+        super().__init__(app, head.job_id, 0, last_seq=last_seq, live=live, slot=slot)
         self._told = ResponseEvents(head, starting_after=starting_after)
 
     def chunk(self, batch: list[Event]) -> bytes:

@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import resource
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 
+from jobstream import tenants
 from jobstream.embedded_pg import free_port
-from jobstream.server import connections
+from jobstream.server import connections, stream_slots
 from tests.support.http_server import http_client
 from tests.support.polling import eventually
 from tests.support.processes import ManagedProcess, Processes
@@ -165,3 +167,48 @@ async def test_the_accept_error_storm_of_asyncios_loop_is_logged_once_per_interv
     # The accept retries that piled up fail once more each as the socket closes: one line too.
     assert lines_starting(server, RETRY_FAILED) <= 1
     assert len(server.output()) < 100_000
+
+
+async def test_one_tenants_streams_cannot_take_every_connection(
+    database_url: str, pool: asyncpg.Pool, process_group: Processes
+) -> None:
+    # The probe's shape: 40 streams of tenant A, opened with one job's events token and no key,
+    # on a server capped at 40 connections with the default per-tenant cap. Before, all 40 were
+    # served and tenant B got 503 for as long as they stayed open.
+    key_a, key_b = await tenants.create(pool, "tenant-a"), await tenants.create(pool, "tenant-b")
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    env = server_env(database_url, port, max_connections="40")
+    server = await start(process_group, "server", env, f"{base_url}/healthz")
+    cap = (await server.wait_for_log("app_started"))["tenant_max_streams"]
+    assert cap == stream_slots.tenant_limit(None, 40) == 10
+    sse = {"Accept": "text/event-stream"}
+    as_a, as_b = {"Authorization": f"Bearer {key_a}"}, {"Authorization": f"Bearer {key_b}"}
+    async with http_client(base_url, timeout=10) as creator:
+        # Queued, with no worker running: a stream of A's job stays open.
+        job_a = (await creator.post("/api/jobs", json={"prompt": "a"}, headers=as_a)).json()
+        job_b = (await creator.post("/api/jobs", json={"prompt": "b"}, headers=as_b)).json()
+    async with http_client(base_url, timeout=10) as keyless, AsyncExitStack() as streams:
+        statuses = []
+        for _ in range(40):
+            # Each on a connection of its own: every response is held, the refused ones too.
+            response = await streams.enter_async_context(
+                keyless.stream("GET", job_a["events_url"], headers=sse)
+            )
+            statuses.append(response.status_code)
+
+        async def b_stream() -> int | None:
+            """B's stream, on a connection of its own (as a new client's would be)."""
+            try:
+                async with (
+                    http_client(base_url, timeout=10, headers=as_b) as b,
+                    b.stream("GET", f"/api/jobs/{job_b['id']}/events", headers=sse) as got,
+                ):
+                    return got.status_code
+            except httpx.TransportError:
+                return None
+
+        # Within less than the keep-alive (5 s): the refused streams' connections were closed
+        # with their answers, not left open until it ran out.
+        await eventually(b_stream, lambda status: status == 200, what="B is served", timeout_s=4)
+        assert statuses == [200] * cap + [429] * (40 - cap)
