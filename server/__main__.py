@@ -1,4 +1,5 @@
-"""`python -m jobstream.server`: the HTTP API on JOBSTREAM_HOST:JOBSTREAM_PORT."""
+"""`python -m jobstream.server`: the HTTP API on JOBSTREAM_HOST:JOBSTREAM_PORT (and /metrics on
+JOBSTREAM_METRICS_PORT, when it is set)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import uvicorn
 
 from jobstream import heap, logs
 from jobstream.loading import AppNotFound, load_app
-from jobstream.server import connections
+from jobstream.server import connections, listeners
 from jobstream.server.app import create_app
 from jobstream.server.shutdown import DrainingServer
 from jobstream.settings import Settings
@@ -52,11 +53,15 @@ def main() -> int:
         limit_concurrency=max_connections + 1,
         timeout_keep_alive=settings.keep_alive_s,
         http=connections.http_protocol(settings.head_timeout_s),
+        server_header=False,  # no `Server: uvicorn`: a version hunt starts from the name
     )
     heap.freeze_startup_objects()
     heap.defer_young_collections(heap.YOUNG_THRESHOLD)
-    DrainingServer(config).run()
-    return 0
+    # With JOBSTREAM_METRICS_PORT, its listener too: one server, one lifespan, both sockets.
+    server = DrainingServer(config)
+    server.run(sockets=listeners.sockets(config, settings))
+    # A start-up that failed (the database never answered) is an exit a supervisor sees.
+    return 0 if server.started else 1
 
 
 if __name__ == "__main__":

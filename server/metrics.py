@@ -6,7 +6,7 @@ what they count (schema.sql says how): any server replica reports the same truth
 resets nothing, deleting history takes nothing off them, and a scrape reads a few hundred rows
 whatever the history. Gauges (queued, running, the oldest queued job, the janitor's lag) come
 from partial indexes: their cost follows the backlog, never the history. Only what is truly per
-process (open SSE streams, the hub) comes from memory.
+process (open SSE streams and those refused, the hub) comes from memory.
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 
+from jobstream.server import metrics_access
 from jobstream.server.hub import Hub
 from jobstream.server.state import state
+from jobstream.server.stream_slots import StreamSlots
 from jobstream.sql import queries
 from jobstream.types import ACTIVE_STATUSES, DURATION_BUCKETS
 
@@ -81,6 +83,17 @@ def _hub_metrics(hub: Hub) -> list[Metric]:
     )
     cut_off.add_metric([], hub.cut_off)
     return [histogram, reads, cut_off]
+
+
+def _stream_metrics(streams: StreamSlots) -> Metric:
+    """Streams refused for their tenant's cap: a total, not a gauge per tenant (a label per
+    tenant is one series each)."""
+    refused = CounterMetricFamily(
+        "jobstream_streams_refused",
+        "Streams refused because their tenant held JOBSTREAM_TENANT_MAX_STREAMS (per process).",
+    )
+    refused.add_metric([], streams.refused)
+    return refused
 
 
 async def collect(pool: asyncpg.Pool, open_streams: int, compact_after_s: float) -> list[Metric]:
@@ -217,7 +230,8 @@ def _janitor_metrics(total: Callable[[str], int], lag: asyncpg.Record) -> list[M
 
 async def metrics(request: Request) -> Response:
     app = state(request)
+    metrics_access.authorize(request, app.settings)
     registry = CollectorRegistry(auto_describe=False)
     families = await collect(app.pool, app.open_streams, app.settings.compact_after_s)
-    registry.register(_Snapshot([*families, *_hub_metrics(app.hub)]))
+    registry.register(_Snapshot([*families, *_hub_metrics(app.hub), _stream_metrics(app.streams)]))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

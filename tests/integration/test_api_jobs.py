@@ -227,7 +227,7 @@ async def test_a_client_that_hangs_up_mid_body_costs_one_line_and_no_job(
     with caplog.at_level("INFO"), structlog.testing.capture_logs() as lines:
         _, writer = await asyncio.open_connection(host, int(port))
         writer.write(
-            b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /api/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1000\r\n\r\n" + b'{"prompt": "half'
         )
         await writer.drain()

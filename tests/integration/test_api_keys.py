@@ -57,7 +57,7 @@ async def test_an_unknown_or_malformed_key_is_401_whatever_the_setting(
         assert_401(await http.post("/api/jobs", json=JOB, headers=headers))
 
 
-async def test_no_key_is_401_when_required_except_health_metrics_and_page(
+async def test_no_key_is_401_when_required_except_health_and_page(
     anonymous: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
     assert_401(await anonymous.get("/api/jobs"))
@@ -65,8 +65,10 @@ async def test_no_key_is_401_when_required_except_health_metrics_and_page(
     assert_401(await anonymous.post("/api/jobs", json={"prompt": ""}))
     assert_401(await anonymous.get("/api/jobs/00000000-0000-0000-0000-000000000000"))
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
-    for path in ("/healthz", "/readyz", "/metrics", "/", "/static/app.js"):
+    for path in ("/healthz", "/readyz", "/", "/static/app.js"):
         assert (await anonymous.get(path)).status_code == 200, path
+    # /metrics is every tenant's figures: the operator's key (tests/integration/test_metrics.py).
+    assert_401(await anonymous.get("/metrics"))
 
 
 async def test_no_key_is_the_default_tenant_when_not_required(

@@ -62,6 +62,7 @@ async def serve(
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     options.setdefault("timeout_graceful_shutdown", 2)
+    options.setdefault("server_header", False)  # as server/__main__.py serves
     config = uvicorn.Config(app, log_config=None, lifespan="on", **options)
     # Tells an app from create_app that it is stopping, so its open streams end at once.
     server = _PromptServer(config)
