@@ -11,14 +11,15 @@
 connection or a server restart (from the last event it saw: nothing repeated, nothing lost) and
 yields `Text` (the next chunk), `Reset` (drop what you have, start again from its `text`: a new
 attempt began, or the log was compacted and the snapshot stands in for it), `Progress` (what a
-job of your own reported of its progress) and, last, `Result`.
+job of your own reported of its progress) and, last, `Result`. Where no stream can stay open,
+`wait` polls the job to its end, as often as the server's estimate of its remaining time says.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -26,11 +27,16 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from jobstream.follower import Follower, FollowError
+from jobstream.types import TERMINAL_STATUSES
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # A POST lost on the way (a connection reset) is sent again: every POST here is safe to repeat
 # (create with its idempotency key, cancel and retry by their nature).
 REQUEST_TRIES = 3
+# `wait`'s polls: never closer than the first, never further apart than the second, whatever
+# the server advises.
+MIN_POLL_INTERVAL_S = 0.5
+MAX_POLL_INTERVAL_S = 30.0
 T = TypeVar("T")
 
 
@@ -109,8 +115,10 @@ class AsyncClient:
         api_key: str | None = None,
         on_retry: Callable[[float, str], None] | None = None,
         http: httpx.AsyncClient | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        """`on_retry(delay_s, reason)` hears of each reconnect of a follow."""
+        """`on_retry(delay_s, reason)` hears of each reconnect of a follow; `sleep` is how
+        `wait` waits between polls (a test's own measures them)."""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # No read timeout: a stream may be quiet for as long as the model thinks.
         self._http = http or httpx.AsyncClient(
@@ -118,6 +126,7 @@ class AsyncClient:
         )
         self.url = url
         self._on_retry = on_retry
+        self._sleep = sleep
 
     async def __aenter__(self) -> Self:
         return self
@@ -163,6 +172,30 @@ class AsyncClient:
 
     async def get(self, job_id: str) -> dict[str, Any]:
         return await self._request("GET", f"/api/jobs/{job_id}")
+
+    async def wait(
+        self,
+        job_id: str,
+        *,
+        min_interval_s: float = MIN_POLL_INTERVAL_S,
+        max_interval_s: float = MAX_POLL_INTERVAL_S,
+    ) -> dict[str, Any]:
+        """Poll the job until it has ended, and return it (as `get` does). Between polls it
+        waits what the server advises, `Retry-After` or else `estimated_remaining_sec`, kept
+        between the two intervals; with no advice (no estimate yet), `min_interval_s` doubling
+        up to `max_interval_s`. No deadline of its own: wrap it in `asyncio.timeout`.
+        `follow` tells of the end at once, with the text as it comes; this is for callers that
+        cannot keep a stream open."""
+        unadvised = min_interval_s
+        while True:
+            response = await self._send("GET", f"/api/jobs/{job_id}")
+            job: dict[str, Any] = response.json()
+            if job["status"] in TERMINAL_STATUSES:
+                return job
+            delay = advised_delay(response, job)
+            if delay is None:
+                delay, unadvised = unadvised, min(unadvised * 2, max_interval_s)
+            await self._sleep(min(max(delay, min_interval_s), max_interval_s))
 
     async def list(
         self, *, status: str | None = None, limit: int = 20, cursor: str | None = None
@@ -235,6 +268,11 @@ class AsyncClient:
         )
 
     async def _request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        body: dict[str, Any] = (await self._send(method, path, **kw)).json()
+        return body
+
+    async def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """The answer to the request, sent again after a lost connection; a 4xx/5xx raised."""
         for attempt in range(REQUEST_TRIES):
             try:
                 response = await self._http.request(method, path, **kw)
@@ -247,9 +285,20 @@ class AsyncClient:
                 continue
             if response.status_code >= 400:
                 raise _refusal(response)
-            body: dict[str, Any] = response.json()
-            return body
+            return response
         raise AssertionError("unreachable")
+
+
+def advised_delay(response: httpx.Response, job: dict[str, Any]) -> float | None:
+    """Seconds until a poll of the job is worth it, as the server advises: its Retry-After (in
+    seconds; a date is not sent for jobs), else its estimate of the job's remaining time."""
+    header = response.headers.get("retry-after", "")
+    if header.isascii() and header.isdigit():
+        return float(header)
+    remaining = job.get("estimated_remaining_sec")
+    if isinstance(remaining, int | float) and not isinstance(remaining, bool):
+        return float(remaining)
+    return None
 
 
 def _refusal(response: httpx.Response) -> Refused:
@@ -310,6 +359,17 @@ class Client:
 
     def get(self, job_id: str) -> dict[str, Any]:
         return self._runner.run(self._async.get(job_id))
+
+    def wait(
+        self,
+        job_id: str,
+        *,
+        min_interval_s: float = MIN_POLL_INTERVAL_S,
+        max_interval_s: float = MAX_POLL_INTERVAL_S,
+    ) -> dict[str, Any]:
+        return self._runner.run(
+            self._async.wait(job_id, min_interval_s=min_interval_s, max_interval_s=max_interval_s)
+        )
 
     def list(
         self, *, status: str | None = None, limit: int = 20, cursor: str | None = None

@@ -10,6 +10,7 @@ keyed ones in key order, as every writer takes keys, so that no two batches wait
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,8 +19,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from jobstream import creates, new_jobs
-from jobstream.server import job_input, representation, validation
-from jobstream.server.auth import tenant_id
+from jobstream.errors import RateLimited
+from jobstream.server import estimates, job_input, representation, validation
+from jobstream.server.auth import events_tokens, tenant_id
 from jobstream.server.jobs_api import read_body, refusal_problem, require_json, reservation
 from jobstream.server.problems import Problem
 from jobstream.server.responses import json_response
@@ -42,6 +44,7 @@ TAIL = 50
 async def create_batch(request: Request) -> Response:
     app = state(request)
     tenant = await tenant_id(request)
+    tokens = await events_tokens(request)
     require_json(request)
     body = validation.parse_json(await read_body(request, app.settings.max_batch_body_bytes))
     items = body.get("jobs")
@@ -51,11 +54,26 @@ async def create_batch(request: Request) -> Response:
             f'The body must be {{"jobs": [...]}} with 1 to {MAX_ITEMS:,} jobs.',
             errors=[{"field": "jobs", "message": f"must be a list of 1 to {MAX_ITEMS:,} jobs"}],
         )  # fmt: skip
+    try:
+        app.create_rate.take(tenant, len(items))
+    except RateLimited as exc:
+        raise refusal_problem(exc) from exc
     answers: list[dict[str, Any] | None] = [None] * len(items)
     places: list[int] = []  # the valid items, in order
+    # Read before the batch is written: its jobs are not among the counted, and each is
+    # estimated behind the batch's earlier jobs of its provider (the order they start in).
+    inputs = await app.estimates.inputs()
+    now = estimates.now_of(app.clock)
+    ahead: Counter[str] = Counter()
 
     def answer(place: int, outcome: new_jobs.Created) -> None:
-        body = representation.created(outcome.job, app.tokens)
+        job = outcome.job
+        if outcome.created:
+            estimate = inputs.remaining(job, now, besides=ahead[job.provider], counted=False)
+            ahead[job.provider] += 1
+        else:  # a replay: an earlier job, counted if still queued
+            estimate = inputs.remaining(job, now)
+        body = representation.created(job, tokens, estimate)
         body["replayed"] = not outcome.created
         answers[places[place]] = body
 
@@ -63,6 +81,7 @@ async def create_batch(request: Request) -> Response:
         app.pool, tenant, _checked(app, items, answers, places),
         clock=app.clock, announce=app.notices.announce, on_created=answer,
         in_key_order=True, rank=places.__getitem__,
+        storage_bytes=app.settings.tenant_storage_bytes or None,
     )  # fmt: skip
     created = 0
     for place, (i, outcome) in enumerate(zip(places, outcomes, strict=True)):
@@ -155,4 +174,6 @@ def _new_job(
         simulated=rules,
         allow_private_webhooks=settings.webhook_allow_private,
     )
-    return new_jobs.NewJob(spec, key, reservation(app.providers, spec))
+    # The item as sent (its idempotency_key taken out): what a replay is compared by.
+    sent = fields if key is not None else None
+    return new_jobs.NewJob(spec, key, reservation(app.providers, spec), sent=sent)

@@ -15,11 +15,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from jobstream import job_reads, jobs, new_jobs
-from jobstream.errors import BudgetExceeded, IdempotencyConflict, JobNotFound, RateLimited
+from jobstream.errors import (
+    BudgetExceeded,
+    IdempotencyConflict,
+    JobNotFound,
+    KeyGone,
+    RateLimited,
+    StorageExceeded,
+)
 from jobstream.jobspec import JobSpec
 from jobstream.rows import JobRow
-from jobstream.server import gone, job_input, representation, validation
-from jobstream.server.auth import tenant_id
+from jobstream.server import estimates, gone, job_input, representation, validation
+from jobstream.server.auth import events_tokens, tenant_id
 from jobstream.server.problems import Problem, not_found
 from jobstream.server.responses import json_response
 from jobstream.server.simulated_rules import SimulatedRules
@@ -82,8 +89,12 @@ def refusal_problem(refusal: new_jobs.Refusal) -> Problem:
         case RateLimited():
             return Problem(
                 429, "rate-limited", "Too many jobs created", str(refusal),
-                headers={"Retry-After": str(math.ceil(refusal.retry_after_s))},
+                headers={"Retry-After": str(max(1, math.ceil(refusal.retry_after_s)))},
             )  # fmt: skip
+        case StorageExceeded():
+            return Problem(403, "storage-quota-exceeded", "Storage quota exceeded", str(refusal))
+        case KeyGone():
+            return Problem(410, "idempotency-key-gone", "The key's job is gone", str(refusal))
 
 
 async def create_request(request: Request) -> tuple[str | None, dict[str, Any]]:
@@ -107,12 +118,23 @@ def job_spec(app: AppState, body: dict[str, Any]) -> JobSpec:
     )
 
 
-async def create(request: Request, tenant: str, spec: JobSpec, key: str | None) -> new_jobs.Created:
+async def create(
+    request: Request,
+    tenant: str,
+    spec: JobSpec,
+    key: str | None,
+    sent: dict[str, Any] | None = None,
+) -> new_jobs.Created:
     """Create with this server's clock and notices, written together with the creates of other
-    requests in flight (server/create_writer.py); a refusal is raised as its problem."""
+    requests in flight (server/create_writer.py); a refusal is raised as its problem. `sent`:
+    the body as the client sent it, which a key's replay is compared by."""
     app = state(request)
+    try:
+        app.create_rate.take(tenant)
+    except RateLimited as exc:
+        raise refusal_problem(exc) from exc
     outcome = await app.creates.create(
-        tenant, new_jobs.NewJob(spec, key, reservation(app.providers, spec))
+        tenant, new_jobs.NewJob(spec, key, reservation(app.providers, spec), sent=sent)
     )
     if isinstance(outcome, new_jobs.Created):
         return outcome
@@ -123,8 +145,12 @@ async def create_job(request: Request) -> Response:
     app = state(request)
     tenant = await tenant_id(request)  # first: an unauthenticated caller learns nothing more
     key, body = await create_request(request)
-    outcome = await create(request, tenant, job_spec(app, body), key)
-    payload = representation.created(outcome.job, app.tokens)
+    # Hashed before validation, which may fill the body's defaults in.
+    sent = dict(body) if key is not None else None
+    outcome = await create(request, tenant, job_spec(app, body), key, sent)
+    inputs = await app.estimates.inputs()
+    estimate = inputs.remaining(outcome.job, estimates.now_of(app.clock))
+    payload = representation.created(outcome.job, await events_tokens(request), estimate)
     location = {"Location": payload["poll_url"]}
     if outcome.created:
         log_created(outcome.job)
@@ -169,7 +195,22 @@ async def get_job(request: Request) -> Response:
         snap = await job_reads.snapshot(app.pool, tenant, job_id)
     except JobNotFound:
         raise await gone.missing(app, job_id, tenant) from None
-    return json_response(representation.detail(snap, app.tokens))
+    remaining = await _remaining(app, snap)
+    # Retry-After: when polling again is worth it (an ended job has none: nothing will change).
+    headers = estimates.retry_after(remaining)
+    body = representation.detail(snap, await events_tokens(request), remaining)
+    return json_response(body, headers=headers)
+
+
+async def _remaining(app: AppState, snap: job_reads.Snapshot) -> float | None:
+    if snap.job.status not in ("queued", "running"):
+        return None  # no read of the inputs for an ended job
+    inputs = await app.estimates.inputs()
+    return inputs.remaining(
+        snap.job,
+        estimates.now_of(app.clock),
+        running_since=estimates.current_attempt_start(snap.attempts),
+    )
 
 
 def _encode_cursor(job: JobRow) -> str:
@@ -206,9 +247,10 @@ async def list_jobs(request: Request) -> Response:
         app.pool, tenant, status=status, before=before, limit=limit + 1
     )
     page = rows[:limit]
+    tokens = await events_tokens(request)
     return json_response(
         {
-            "jobs": [representation.summary(job, app.tokens) for job in page],
+            "jobs": [representation.summary(job, tokens) for job in page],
             "next_cursor": _encode_cursor(page[-1]) if len(rows) > limit else None,
         }
     )
@@ -225,7 +267,8 @@ async def cancel_job(request: Request) -> Response:
     if changed:
         log.info("job_cancel_requested", job_id=str(job_id), status=snap.job.status)
     finished = not changed and snap.job.status != "cancelling"
-    return json_response(representation.detail(snap, app.tokens), 200 if finished else 202)
+    payload = representation.detail(snap, await events_tokens(request))
+    return json_response(payload, 200 if finished else 202)
 
 
 async def retry_job(request: Request) -> Response:
@@ -251,7 +294,9 @@ async def retry_job(request: Request) -> Response:
             409, "not-dead", "Only dead jobs can be retried",
             f"Job {job_id} cannot be retried: {why}.",
         )  # fmt: skip
-    payload = representation.detail(outcome.retry, app.tokens)
+    payload = representation.detail(
+        outcome.retry, await events_tokens(request), await _remaining(app, outcome.retry)
+    )
     location = {"Location": payload["poll_url"]}
     if outcome.created:
         log.info("job_retried", job_id=str(job_id), retry_id=payload["id"], status="queued")

@@ -1,4 +1,4 @@
-"""Jobs as JSON, in the shapes API.md gives."""
+"""Jobs as JSON, in the shapes docs/design.md gives ("The HTTP surface")."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from jobstream.job_reads import Snapshot
 from jobstream.jobspec import BUILT_IN_JOB
 from jobstream.rows import AttemptRow, JobRow
-from jobstream.server.stream_tokens import StreamTokens
+from jobstream.server.stream_tokens import GenerationTokens
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -24,20 +24,25 @@ def _creation_time(value: datetime) -> str:
     return value.isoformat()
 
 
-def links(job_id: str, tokens: StreamTokens) -> dict[str, str]:
+def links(job_id: str, tokens: GenerationTokens) -> dict[str, str]:
     base = f"/api/jobs/{job_id}"
-    # The token lets a browser's EventSource (which cannot send headers) read this job's events.
+    # The token lets a browser's EventSource (which cannot send headers) read this job's events,
+    # while the key generation `tokens` is bound to stays good (server/stream_tokens.py).
     events_url = f"{base}/events?token={tokens.issue(job_id)}"
     return {"events_url": events_url, "poll_url": base, "cancel_url": f"{base}/cancel"}
 
 
-def created(job: JobRow, tokens: StreamTokens) -> dict[str, Any]:
+def created(
+    job: JobRow, tokens: GenerationTokens, estimated_time_sec: float | None = None
+) -> dict[str, Any]:
     job_id = str(job.id)
     return {
         "id": job_id,
         "status": job.status,
         "created_at": _creation_time(job.created_at),
         "last_seq": job.last_seq,
+        # Seconds until it is done, as things stand (server/estimates.py); null: no idea yet.
+        "estimated_time_sec": estimated_time_sec,
         **links(job_id, tokens),
     }
 
@@ -51,7 +56,7 @@ def lineage(job: JobRow) -> dict[str, str | None]:
     return {"retry_of": _id(job.retry_of), "retried_as": _id(job.retried_as)}
 
 
-def summary(job: JobRow, tokens: StreamTokens) -> dict[str, Any]:
+def summary(job: JobRow, tokens: GenerationTokens) -> dict[str, Any]:
     """A row of the job list."""
     job_id = str(job.id)
     return {
@@ -104,7 +109,9 @@ def job_input(job: JobRow) -> Any:
     return {name: payload[name] for name in _BUILT_IN_INPUT if payload.get(name) is not None}
 
 
-def detail(snap: Snapshot, tokens: StreamTokens) -> dict[str, Any]:
+def detail(
+    snap: Snapshot, tokens: GenerationTokens, estimated_remaining_sec: float | None = None
+) -> dict[str, Any]:
     job = snap.job
     job_id = str(job.id)
     return {
@@ -126,6 +133,9 @@ def detail(snap: Snapshot, tokens: StreamTokens) -> dict[str, Any]:
         # When a queued job may start: its run_at or delay_s, or a scheduled retry.
         "run_at": _iso(job.run_after) if job.status == "queued" else None,
         "last_seq": job.last_seq,
+        # Seconds until a queued or running job is done (server/estimates.py); null once it
+        # has ended, or with nothing to go on.
+        "estimated_remaining_sec": estimated_remaining_sec,
         "output": {"attempt": job.attempts, "text": snap.text},
         # The current attempt's last progress (fraction, message), for a page opened mid-run.
         "progress": snap.progress,
