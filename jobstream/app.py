@@ -8,8 +8,9 @@
         return await ctx.llm.stream(prompt=question.text)
 
 The server reads the definitions to validate a create's input and to publish its schemas; the
-worker to know which names it claims and which handler runs each (DESIGN.md §10). The same
-definitions serve both, so a name the server accepts is one some worker can run.
+worker to know which names it claims and which handler runs each (docs/design.md, "Your own
+jobs and durable steps"). The same definitions serve both, so a name the server accepts is one
+some worker can run.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ class Event:
         return cls(row["seq"], row["type"], row["attempt"], row["data"], row["created_at"])
 
     def sse_frame(self) -> bytes:
-        """The event as one SSE frame, `id` its seq, `data` its JSON (API.md); built once."""
+        """The event as one SSE frame, `id` its seq, `data` its JSON (docs/design.md); built
+        once."""
         frame = self._frame
         if frame is None:
             # The bytes sse.frame would build, at half its cost (a follower per stream of a
@@ -62,7 +63,7 @@ class Event:
         return frame
 
     def to_json(self) -> dict[str, Any]:
-        """The event as API.md shows it: `{seq, type, attempt, at, ...fields}`."""
+        """The event as docs/design.md shows it: `{seq, type, attempt, at, ...fields}`."""
         return {
             **self.data,
             "seq": self.seq,

@@ -77,14 +77,14 @@ async def retry_dead(
 ) -> Retried:
     """An operator's retry of a `dead` job: a new job for the same work, linked both ways.
 
-    The dead job stays as it ended (DESIGN.md §3: terminal states are final): its log keeps its
-    one `done` at its end, its followers and its webhook saw the end of that job. The new job
-    (`retry_of` the dead one, which gains `retried_as`) has its own log, attempts and webhook.
-    Returns it as this transaction leaves it, `created` False when an earlier retry made it (a
-    retried request makes no second job). A retry reserves the estimate again, so it passes the
-    tenant's budget and create rate as a create does (BudgetExceeded, RateLimited): with the
-    tenant's own key, a retry was a way past both. Locks the dead job's row, then the tenant's,
-    the order every writer keeps.
+    The dead job stays as it ended (docs/design.md, "Job states": terminal states are final):
+    its log keeps its one `done` at its end, its followers and its webhook saw the end of that
+    job. The new job (`retry_of` the dead one, which gains `retried_as`) has its own log,
+    attempts and webhook. Returns it as this transaction leaves it, `created` False when an
+    earlier retry made it (a retried request makes no second job). A retry reserves the estimate
+    again, so it passes the tenant's budget and create rate as a create does (BudgetExceeded,
+    RateLimited): with the tenant's own key, a retry was a way past both. Locks the dead job's
+    row, then the tenant's, the order every writer keeps.
     """
     now = clock.now()
     async with pool.acquire() as conn, conn.transaction():

@@ -1,4 +1,5 @@
-"""The webhook outbox: a job's end and its delivery row commit together (DESIGN.md §7).
+"""The webhook outbox: a job's end and its delivery row commit together (docs/design.md,
+"Webhooks").
 
 Writing the row in the transaction that ends the job means a crash can lose neither: a job that
 ended has its delivery row, and a rolled-back end has none. worker/webhooks.py sends them.

@@ -27,8 +27,9 @@ AttemptOutcome = Literal[
 # server event of that name would reach the same listeners.
 EventType = Literal["status", "reset", "token", "progress", "usage", "attempt_error", "done"]
 
-# How a failure is treated (DESIGN.md §7): a provider's, or `error`, an unexpected exception in
-# a job's own code (retried with backoff, as a transient fault, while attempts are left).
+# How a failure is treated (docs/design.md, "Errors and retries"): a provider's, or `error`, an
+# unexpected exception in a job's own code (retried with backoff, as a transient fault, while
+# attempts are left).
 # The output kinds: `invalid_output` (a reply or result that fails its model: retried within
 # its own budget, invalid_output_retries), `output_truncated` (the model stopped at its token
 # limit: one retry with the limit doubled) and `refused` (a refusal or content filter: final).

@@ -1,4 +1,5 @@
--- jobstream schema: the single source of truth for the data model (DESIGN.md §3).
+-- jobstream schema: the single source of truth for the data model (docs/design.md, "The data
+-- model").
 -- Applied at start-up by every process, idempotently and under an advisory lock
 -- (jobstream/schema.py); the version below is recorded in schema_version.
 -- schema-version: 1

@@ -10,6 +10,7 @@ import asyncpg
 import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
@@ -18,6 +19,7 @@ from starlette.staticfiles import StaticFiles
 from jobstream import db, migrations
 from jobstream.app import App
 from jobstream.clock import Clock, DatabaseClock
+from jobstream.errors import DatabaseUnavailable
 from jobstream.loading import load_app
 from jobstream.server import (
     access_log,
@@ -30,12 +32,19 @@ from jobstream.server import (
     openapi,
     pages,
     problems,
+    stream_slots,
 )
+from jobstream.server.browser_guard import BrowserGuard
+from jobstream.server.create_rate import CreateRate
 from jobstream.server.create_writer import CreateWriter
+from jobstream.server.estimates import Estimates
 from jobstream.server.hub import Hub
+from jobstream.server.listeners import ListenerRoutes
 from jobstream.server.runnable_notices import RunnableNotices
+from jobstream.server.security_headers import SecuredStarlette
 from jobstream.server.shutdown import Shutdown
 from jobstream.server.state import AppState
+from jobstream.server.stream_slots import StreamSlots
 from jobstream.server.stream_tokens import StreamTokens
 from jobstream.server.v1 import api as v1_api
 from jobstream.server.v1 import errors as v1_errors
@@ -81,9 +90,15 @@ def create_app(
                 return pool
 
             # The database may restart between answering and the pool's connections.
-            pool = await db.start_with_database(
-                database_url, settings.db_connect_timeout_s, open_pool
-            )
+            try:
+                pool = await db.start_with_database(
+                    database_url, settings.db_connect_timeout_s, open_pool
+                )
+            except DatabaseUnavailable as exc:
+                # One line, as the worker says it: an operator's condition, not our bug, so no
+                # traceback (jobstream/logs.py drops uvicorn's copy of it).
+                log.error("database_unavailable", error=str(exc))
+                raise
             cleanup.push_async_callback(pool.close)
             providers = build_providers(settings)
             cleanup.push_async_callback(close_providers, providers)
@@ -103,7 +118,10 @@ def create_app(
             notifier.add_done_callback(_on_notifier_done)
             cleanup.push_async_callback(_cancel, notifier)
             app_clock = clock or DatabaseClock()
-            creates = CreateWriter(pool, app_clock, notices.announce)
+            creates = CreateWriter(
+                pool, app_clock, notices.announce,
+                storage_bytes=settings.tenant_storage_bytes or None,
+            )  # fmt: skip
             create_writer = asyncio.create_task(creates.run(), name="create-writer")
             create_writer.add_done_callback(_on_create_writer_done)
             cleanup.push_async_callback(_cancel, create_writer)
@@ -116,9 +134,13 @@ def create_app(
                 providers=providers,
                 notices=notices,
                 creates=creates,
+                estimates=Estimates(pool, app_clock),
+                create_rate=CreateRate(settings.tenant_create_rate, settings.tenant_create_burst),
+                streams=StreamSlots(stream_slots.process_limit(settings)),
                 jobs=definitions,
             )
-            log.info("app_started")  # server_ready follows once uvicorn listens
+            # server_ready follows once uvicorn listens
+            log.info("app_started", tenant_max_streams=app.state.js.streams.limit)
             yield
 
     routes = [
@@ -144,9 +166,14 @@ def create_app(
         Route("/jobs/{job_id}", pages.index),
         Mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static"),
     ]
-    app = Starlette(
+    app = SecuredStarlette(
         routes=routes,
         lifespan=lifespan,
+        # Outside the routes and their error handlers: a refused request reaches no route.
+        middleware=[
+            Middleware(BrowserGuard, settings=settings),
+            Middleware(ListenerRoutes, settings=settings),
+        ],
         # Under /v1 the same answers take OpenAI's error shape.
         exception_handlers=v1_errors.shaped(
             {

@@ -1,7 +1,8 @@
 """The hub: one LISTEN connection per server process wakes the subscribers of each job.
 
-LISTEN/NOTIFY is only a wake-up hint; the event table is the truth (DESIGN.md §5). Per followed
-job there is one feed: where it has read up to, and its subscribers. One reader task serves every
+LISTEN/NOTIFY is only a wake-up hint; the event table is the truth (docs/design.md,
+"LISTEN/NOTIFY"). Per followed job there is one feed: where it has read up to, and its
+subscribers. One reader task serves every
 feed: on each wake-up it reads the new events of every job that has news in one statement
 (a worker's token write notifies for all its streams in one commit, so a thousand followed jobs
 were a thousand reads a tick) and fans each job's events out, the same Event objects, to every

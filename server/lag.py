@@ -1,4 +1,4 @@
-"""Notification lag: from an event's commit to this server process reading it (DESIGN.md §8).
+"""Notification lag: from an event's commit to this server process reading it (docs/design.md).
 
 Kept per process, in memory: it describes this replica's LISTEN connection and hub, which no
 table knows. Cumulative bucket counts, as Prometheus histograms expect.

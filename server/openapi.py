@@ -1,8 +1,8 @@
 """`GET /openapi.json`: the whole HTTP API as an OpenAPI 3.1 document.
 
 The document is a file written by hand next to this module, not generated from the handlers:
-the handlers read raw requests (no models to derive it from), and API.md is the contract it
-restates. tests/unit/test_openapi.py holds it to the app's routes, and the fuzz test
+the handlers read raw requests (no models to derive it from), and docs/design.md is the contract
+it restates. tests/unit/test_openapi.py holds it to the app's routes, and the fuzz test
 (tests/e2e/test_fuzz_api.py) holds it to what the server answers.
 
 A server with jobs of its own (JOBSTREAM_APP) adds their schemas, from their pydantic models:

@@ -1,7 +1,7 @@
 """Tells the workers that jobs became runnable: NOTIFYs coalesced, outside the creates.
 
 NOTIFY takes a cluster-wide lock from commit until the commit is durable, so one in every create
-transaction serialised every create of every tenant (DESIGN.md §5 warns of it). The server's
+transaction serialised every create of every tenant (docs/design.md, "LISTEN/NOTIFY"). The server's
 creates announce their providers here instead; one task sends a NOTIFY for whatever was announced
 while its previous one was in flight. A notice is a wake-up hint: a lost one costs a worker at
 most its poll interval, never a job.

@@ -10,10 +10,14 @@ from starlette.types import Receive, Scope, Send
 
 from jobstream.app import JobDefinition
 from jobstream.clock import Clock
+from jobstream.server.create_rate import CreateRate
 from jobstream.server.create_writer import CreateWriter
+from jobstream.server.estimates import Estimates
 from jobstream.server.event_stream import EventStream
 from jobstream.server.hub import Hub
+from jobstream.server.key_generations import KeyGenerations
 from jobstream.server.runnable_notices import RunnableNotices
+from jobstream.server.stream_slots import StreamSlots
 from jobstream.server.stream_tokens import StreamTokens
 from jobstream.settings import Settings
 from jobstream.worker.providers.base import Provider
@@ -30,8 +34,13 @@ class AppState:
     providers: dict[str, Provider]
     notices: RunnableNotices  # wakes workers for new jobs, outside the creating transactions
     creates: CreateWriter  # single creates of concurrent requests, one statement together
+    estimates: Estimates  # how long jobs will take, from inputs read once a second
+    create_rate: CreateRate  # the default create rate, per tenant (JOBSTREAM_TENANT_CREATE_RATE)
+    streams: StreamSlots  # each tenant's open streams, capped (JOBSTREAM_TENANT_MAX_STREAMS)
     # The deployment's own jobs by name (JOBSTREAM_APP), besides the built-in `llm`.
     jobs: dict[str, JobDefinition] = field(default_factory=dict)
+    # The default tenant's key generation, for its answers' events tokens (read once a second).
+    generations: KeyGenerations = field(default_factory=KeyGenerations)
     open_streams: int = 0  # SSE responses in progress in this process
 
     async def serve_stream(

@@ -137,7 +137,7 @@ class Tail:
         return page
 
     def _resync(self, first_seq: int, *, attempt: int, at: datetime) -> Event:
-        """The in-band answer to a cursor older than what is retained (API.md `resync`).
+        """The in-band answer to a cursor older than what is retained (`resync` in docs/design.md).
 
         Its id is `first_seq - 1`, so a client that reconnects after it does not resync again.
         """

@@ -1,8 +1,8 @@
 """Coalescing of token deltas into flushes: every `interval_s` or `max_bytes`, whichever first.
 
 A provider emits a delta per token; writing each one would be a transaction and a NOTIFY per
-token (DESIGN.md §5). The coalescer only decides *when* to flush and *what*; the attempt runner
-does the writing. Time is passed in, so the policy is tested without a clock.
+token (docs/design.md, "Token writes"). The coalescer only decides *when* to flush and *what*;
+the attempt runner does the writing. Time is passed in, so the policy is tested without a clock.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A stopping worker claims nothing more. Its running attempts may finish within
 `shutdown_grace_s` (a second stop ends the wait); those still running are interrupted and hand
-their job straight back to the queue rather than leave it to lease expiry (DESIGN.md §7).
+their job straight back to the queue rather than leave it to lease expiry (docs/design.md,
+"Shutdown").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What happens to a job after a failed attempt: retry later, fail, or give up as dead.
 
-Pure functions of the failure and the job's policy (DESIGN.md §7); randomness is injected so
-that tests pin the jitter.
+Pure functions of the failure and the job's policy (docs/design.md, "Errors and retries");
+randomness is injected so that tests pin the jitter.
 """
 
 from __future__ import annotations

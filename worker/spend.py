@@ -3,7 +3,8 @@
 An attempt makes one call (the built-in job) or many (a job's `ctx.llm` calls, in turn or at
 once). A finished call counts what its provider reported, or our estimate when it reported
 nothing; a call still open when the attempt ends counts what it reported so far, a known zero
-when it was refused before any output, or our estimate of what it produced (DESIGN.md §4.7).
+when it was refused before any output, or our estimate of what it produced (docs/design.md,
+"Money: the ledger").
 """
 
 from __future__ import annotations

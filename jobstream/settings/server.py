@@ -11,6 +11,33 @@ from jobstream.settings.fields import setting
 class ServerSettings:
     host: str = setting("JOBSTREAM_HOST", "127.0.0.1", "Address the HTTP server binds to.")
     port: int = setting("JOBSTREAM_PORT", 8000, "Port the HTTP server binds to.", minimum=0)
+    allowed_hosts: str = setting(
+        "JOBSTREAM_ALLOWED_HOSTS",
+        "localhost,127.0.0.1,[::1]",
+        "Host names the server answers to, comma-separated (a port is ignored; `*`: any); "
+        "JOBSTREAM_HOST is one too unless it is a wildcard. A request for another Host is "
+        "refused (400) before any route runs, against DNS rebinding; behind a proxy that "
+        "passes its public name, list that name. /healthz and /readyz answer any Host.",
+    )
+    metrics_port: int | None = setting(
+        "JOBSTREAM_METRICS_PORT",
+        None,
+        "Serve /metrics (and /healthz, /readyz) on this port of JOBSTREAM_METRICS_HOST, for a "
+        "private scrape network; the API's port then answers 404 for /metrics. Unset: "
+        "/metrics is on the API's port.",
+        minimum=1,
+    )
+    metrics_host: str = setting(
+        "JOBSTREAM_METRICS_HOST", "127.0.0.1", "Address JOBSTREAM_METRICS_PORT binds to."
+    )
+    metrics_key: str = setting(
+        "JOBSTREAM_METRICS_KEY",
+        "",
+        "Operator key of /metrics: `Authorization: Bearer <key>`, required wherever it is set "
+        "(401). Empty: /metrics is open while API keys are off, and refused (401) on the "
+        "API's port while JOBSTREAM_REQUIRE_API_KEY is on.",
+        secret=True,
+    )
     max_body_bytes: int = setting(
         "JOBSTREAM_MAX_BODY_BYTES",
         1_048_576,
@@ -29,6 +56,17 @@ class ServerSettings:
         "Connections the server serves at once, open SSE streams included; a request on one "
         "more is answered 503. Unset: half the open-file limit (raised to the hard limit at "
         "start), at most 10,000.",
+        minimum=1,
+    )
+    tenant_max_streams: int | None = setting(
+        "JOBSTREAM_TENANT_MAX_STREAMS",
+        None,
+        "Streams one tenant may hold open in a server process at once (SSE on a job's events, "
+        "/v1 streams and waiting creates, long-polls that wait), counted against the job's "
+        "tenant however the stream was opened (an events_url token included); one more is "
+        "answered 429. Unset: a quarter of the connection cap (JOBSTREAM_MAX_CONNECTIONS or its "
+        "derived value), at least 1, so that three tenants at their cap still leave a quarter "
+        "to everyone else. A deployment with one tenant sets it to the connection cap.",
         minimum=1,
     )
     head_timeout_s: float = setting(
@@ -53,6 +91,28 @@ class ServerSettings:
         False,
         "Refuse /api/jobs requests without `Authorization: Bearer <key>` (401). Off: those are "
         "the `default` tenant's; a key that is sent is always checked.",
+    )
+    tenant_create_rate: float = setting(
+        "JOBSTREAM_TENANT_CREATE_RATE",
+        200.0,
+        "Jobs a second one tenant may create, sustained, on each server process (its create "
+        "rate of its own, tenants.create_rate_per_min, holds too); past it a create is answered "
+        "429 rate-limited with Retry-After. 0: no default rate.",
+        minimum=0,
+    )
+    tenant_create_burst: int = setting(
+        "JOBSTREAM_TENANT_CREATE_BURST",
+        2000,
+        "Jobs one tenant may create at once above that rate (two full batches).",
+        minimum=1,
+    )
+    tenant_storage_bytes: int = setting(
+        "JOBSTREAM_TENANT_STORAGE_BYTES",
+        1_073_741_824,
+        "Bytes of job input (payload and metadata) one tenant's kept jobs may hold; a create "
+        "past it is answered 403 storage-quota-exceeded, until retention or a delete frees "
+        "room. 0: no bound.",
+        minimum=0,
     )
     sse_heartbeat_s: float = setting(
         "JOBSTREAM_SSE_HEARTBEAT_S", 15.0, "Seconds between SSE heartbeat comments.", minimum=0.1
@@ -100,4 +160,12 @@ class ServerSettings:
         "",
         "Key that signs events_url tokens. Empty: a random key per process (single server only).",
         secret=True,
+    )
+    key_grace_s: int = setting(
+        "JOBSTREAM_KEY_GRACE_S",
+        86_400,
+        "After `jobstream tenants rotate-key`, seconds the old key (and the events_url tokens "
+        "issued under it) stay valid beside the new one, to roll the new key out. 0: the old "
+        "key stops at once.",
+        minimum=0,
     )

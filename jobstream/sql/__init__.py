@@ -51,6 +51,7 @@ class Queries:
     BOOK_RESERVED: str
     NOTIFY_RUNNABLE: str
     SELECT_JOBS_BY_KEYS: str
+    TOMBSTONES_BY_KEYS: str
     TENANT_FOR_CREATE: str
     TENANT_BUDGET_LEFT: str
     TENANT_RECENT_CREATES: str
@@ -64,6 +65,8 @@ class Queries:
     JOB_LAST_SEQ: str
     LAST_PROGRESS: str
     JOBS_LAST_SEQ: str
+    # estimates.sql
+    ESTIMATE_INPUTS: str
     # janitor.sql
     TRY_LOCK: str
     UNLOCK: str
@@ -71,6 +74,7 @@ class Queries:
     SETTLE_JOBS: str
     DELETE_EXPIRED_JOBS: str
     PRUNE_TOMBSTONES: str
+    PRUNE_WORKERS: str
     TOMBSTONE: str
     FOLD_METRIC_TOTALS: str
     # jobs.sql
@@ -96,6 +100,9 @@ class Queries:
     # tenants.sql
     INSERT_TENANT: str
     TENANT_BY_KEY_HASH: str
+    TENANT_KEY_GENERATION: str
+    ROTATE_KEY: str
+    REVOKE_KEY: str
     # tokens.sql
     APPEND_TOKENS_MANY: str
     ATTEMPT_TEXT_WRITTEN: str
@@ -106,6 +113,10 @@ class Queries:
     ENSURE_WEBHOOK_SECRET: str
     MARK_WEBHOOK_DELIVERED: str
     MARK_WEBHOOK_FAILED_TRY: str
+    # workers.sql
+    REGISTER_WORKER: str
+    WORKER_HEARTBEAT: str
+    WORKER_STOPPED: str
 
 
 def parse(text: str) -> dict[str, str]:

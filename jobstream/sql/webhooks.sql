@@ -1,5 +1,5 @@
--- Webhooks (DESIGN.md §7): the outbox row written with the job's end (jobstream/outbox.py), and
--- the sender's claims and marks (worker/webhooks.py).
+-- Webhooks (docs/design.md, "Webhooks"): the outbox row written with the job's end
+-- (jobstream/outbox.py), and the sender's claims and marks (worker/webhooks.py).
 -- `$n::timestamptz` "now" parameters may be NULL, which means the database clock:
 -- coalesce($n::timestamptz, statement_timestamp()) (jobstream/sql/__init__.py says why).
 

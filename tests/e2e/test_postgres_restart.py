@@ -1,4 +1,4 @@
-"""PostgreSQL restarted under running jobs and open streams (DESIGN.md §4.6).
+"""PostgreSQL restarted under running jobs and open streams (docs/design.md, invariant 10).
 
 A crash-style stop (`pg_ctl -m immediate`) while a real worker is mid-stream and readers follow
 over SSE: when PostgreSQL is back, every job ends `succeeded` exactly once, with the exact text,

@@ -1,5 +1,5 @@
 """Streams across real process crashes: a worker killed with -9, a server killed and restarted,
-a server stopped with streams open, and a reader moved between two servers (DESIGN.md §4.6)."""
+a server stopped with streams open, and a reader moved between two servers (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The event contract every way a job can end: each attempt opens with `reset`, `usage` is told
-when known, and `done` is the last event whatever the end (API.md, DESIGN.md §4.5)."""
+when known, and `done` is the last event whatever the end (docs/design.md, "Events")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Money (DESIGN.md §4.7): reserve at create, charge once on success, release otherwise."""
+"""Money (docs/design.md, "Money: the ledger"): reserve at create, charge once on success,
+release otherwise."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Each provider failure kind, through a worker running the OpenAI provider against the fake
-server over real HTTP: the statuses, attempts, costs, charges and backoff DESIGN.md §4.7 and §7
+server over real HTTP: the statuses, attempts, costs, charges and backoff docs/design.md gives
 give.
 """
 

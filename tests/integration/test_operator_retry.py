@@ -1,7 +1,7 @@
 """Regression (issue 9, defect 4): an operator's retry of a dead job appended after its `done`.
 
-API.md calls `done` terminal, yet followers of the dead job never learned of the retry, a reader
-from 0 met `done(dead)` mid-log, and a second terminal webhook went out for the same job. A
+The contract calls `done` terminal, yet followers of the dead job never learned of the retry, a
+reader from 0 met `done(dead)` mid-log, and a second terminal webhook went out for the same job. A
 retry is now a new job (`retry_of` the dead one, which gains `retried_as`): every log ends with
 its one `done`, and every job sends one terminal webhook.
 """

@@ -1,5 +1,6 @@
-"""Replay equals live (DESIGN.md §4.4): readers that hang up at random points and resume from
-their last id, or start from any cursor, see every event after it exactly once, in order."""
+"""Replay equals live (docs/design.md, invariant 7): readers that hang up at random points and
+resume from their last id, or start from any cursor, see every event after it exactly once, in
+order."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A tenant's running limit (tenants.max_running) holds exactly under racing claims, and a full
-tenant does not hold back the others (DESIGN.md §7, fair across tenants)."""
+tenant does not hold back the others (docs/design.md, "Claim": fair across tenants)."""
 
 from __future__ import annotations
 

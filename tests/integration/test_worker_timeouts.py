@@ -1,5 +1,5 @@
 """The attempt's own timeout: before the request went out it is transient (retried, costs
-nothing); after, the outcome is unknown (DESIGN.md §7)."""
+nothing); after, the outcome is unknown (docs/design.md, "Errors and retries")."""
 
 from __future__ import annotations
 

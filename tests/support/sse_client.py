@@ -71,7 +71,7 @@ async def read_stream(
 
 
 def reassemble(events: list[dict[str, Any]]) -> str:
-    """API.md: start empty; on reset clear; on token append."""
+    """docs/design.md: start empty; on reset clear; on token append."""
     text = ""
     for event in events:
         if event["type"] == "reset":

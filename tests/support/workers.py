@@ -69,7 +69,7 @@ async def event_list(pool: asyncpg.Pool, job_id: uuid.UUID) -> list[Event]:
 
 
 def reassemble(log: list[Event]) -> str:
-    """What a client shows (API.md): clear on `reset`, append on `token`."""
+    """What a client shows (docs/design.md): clear on `reset`, append on `token`."""
     text = ""
     for event in log:
         if event.type == "reset":

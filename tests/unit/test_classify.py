@@ -1,4 +1,4 @@
-"""The classification table of provider failures (DESIGN.md §7), one row per case."""
+"""The classification table of provider failures (docs/design.md), one row per case."""
 
 from __future__ import annotations
 

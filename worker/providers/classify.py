@@ -1,4 +1,4 @@
-"""Provider failures sorted into the four kinds the attempt runner acts on (DESIGN.md §7).
+"""Provider failures sorted into the four kinds the attempt runner acts on (docs/design.md).
 
 Every way an HTTP provider call can fail ends in one of these functions, so the retry policy is
 reviewed here and nowhere else:

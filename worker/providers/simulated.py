@@ -3,7 +3,7 @@
 It is the default for `make run` and the tests, so it must behave like a real provider where it
 matters to the runner: output arrives over time, a failure can happen mid-stream, a hang lasts
 until the attempt's timeout, and cancelling the consumer stops the generation. The job's
-`simulate` object (API.md, "The simulated provider") drives it; its price is the server's
+`simulate` object (docs/design.md, "The simulated provider") drives it; its price is the server's
 (JOBSTREAM_SIMULATED_USD_PER_MTOK), never the job's: a `cost_per_token` stored by a job created
 before the server refused it is ignored.
 """
