@@ -34,7 +34,9 @@ async def spawn(
 ) -> asyncio.subprocess.Process:
     """`python -m module args` from the repository root; `pipes` gives it our stdin/stdout."""
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("JOBSTREAM_")}
-    child_env |= env
+    # A benchmark measures how fast the server creates, not the default per-tenant create rate
+    # that guards one tenant's neighbours (server/create_rate.py).
+    child_env |= {"JOBSTREAM_TENANT_CREATE_RATE": "0", **env}
     pipe = asyncio.subprocess.PIPE if pipes else None
     module = {"server": "jobstream.server", "worker": "jobstream.worker"}.get(module, module)
     return await asyncio.create_subprocess_exec(
