@@ -209,6 +209,8 @@ async def _create(
         )  # fmt: skip
         for i, outcome in zip(vanished, again, strict=True):
             outcomes[i] = outcome
+            if made.on_created is not None and isinstance(outcome, Created) and outcome.created:
+                made.on_created(i, outcome)  # as every new job of the batch is told
     return cast(list[Created | Refusal], outcomes)
 
 

@@ -95,6 +95,33 @@ async def test_a_key_whose_job_is_deleted_between_insert_and_read_makes_a_new_jo
     assert await job_count(pool) == 1
 
 
+async def test_a_batch_item_whose_keys_job_vanished_is_told_as_a_new_job(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same race in a batch: the item made anew is told to `on_created`, as a server's
+    batch builds its answers from it (an item with no answer was a null in the results)."""
+    spec = job_body.checked_spec({"prompt": "race"}, default_provider="simulated", simulated=RULES)
+    key = f"batch-race-{uuid.uuid4()}"
+    [first] = await _create_with_key(pool, spec, key)
+    assert isinstance(first, Created)
+    held = await drive.claim(pool)
+    await drive.succeed(pool, held, "done")
+    real_insert = creates._insert_chunks
+
+    async def insert_then_delete(*args: Any, **kwargs: Any) -> None:
+        await real_insert(*args, **kwargs)
+        monkeypatch.setattr(creates, "_insert_chunks", real_insert)  # the retry's is left alone
+        assert await jobs.delete_finished(pool, "default", first.job.id)
+
+    monkeypatch.setattr(creates, "_insert_chunks", insert_then_delete)
+    told: dict[int, Created] = {}
+    [again] = await creates.create_batch(
+        pool, "default", [[NewJob(spec, key)]], on_created=told.__setitem__
+    )
+    assert isinstance(again, Created) and again.created and again.job.id != first.job.id
+    assert told == {0: again}
+
+
 @pytest.fixture
 def bounded(settings: Settings) -> Settings:
     return settings.replace(tenant_storage_bytes=4_000)
