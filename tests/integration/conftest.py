@@ -35,6 +35,21 @@ async def client(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
 
 
 @pytest.fixture
+async def required_url(settings: Settings) -> AsyncIterator[str]:
+    """A server that requires API keys (JOBSTREAM_REQUIRE_API_KEY): a missing or stopped key is
+    a 401, never the `default` tenant."""
+    async with serve(create_app(settings.replace(require_api_key=True))) as url:
+        yield url
+
+
+@pytest.fixture
+async def anonymous(required_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """No key for that server: what an EventSource sends (an events_url's token alone)."""
+    async with http_client(base_url=required_url, timeout=30) as http:
+        yield http
+
+
+@pytest.fixture
 async def wide_pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
     """Twelve connections: enough for every claimer of a race to hold its own transaction at
     once."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
 
 import asyncpg
 import httpx
@@ -18,19 +17,6 @@ from tests.support.http_server import http_client, serve
 from tests.support.sse_client import read_stream
 
 JOB = {"prompt": "count", "simulate": {"tokens": 5}}
-
-
-@pytest.fixture
-async def required_url(settings: Settings) -> AsyncIterator[str]:
-    """A server with JOBSTREAM_REQUIRE_API_KEY on."""
-    async with serve(create_app(settings.replace(require_api_key=True))) as url:
-        yield url
-
-
-@pytest.fixture
-async def anonymous(required_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with http_client(base_url=required_url, timeout=30) as http:
-        yield http
 
 
 async def keyed(base_url: str, key: str) -> httpx.AsyncClient:

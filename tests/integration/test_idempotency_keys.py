@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from jobstream import creates, jobs
-from jobstream.jobspec import JobSpec
 from jobstream.new_jobs import Created, NewJob
 from jobstream.server import job_body
 from jobstream.server.app import create_app
@@ -62,11 +61,33 @@ async def test_a_replay_of_a_job_made_before_sent_hashes_still_matches(
     assert again.status_code == 200 and again.json()["id"] == first["id"], again.text
 
 
-async def _create_with_key(
-    pool: asyncpg.Pool, spec: JobSpec, key: str
-) -> list[Created | Exception]:
-    outcomes = await creates.create_many(pool, "default", [NewJob(spec, key)])
-    return list(outcomes)
+RACE_SPEC = job_body.checked_spec({"prompt": "race"}, default_provider="simulated", simulated=RULES)
+
+
+async def _finished_job_of_key(pool: asyncpg.Pool, key: str) -> Created:
+    """A job made with `key` and ended: a job an explicit delete may remove."""
+    [first] = await creates.create_many(pool, "default", [NewJob(RACE_SPEC, key)])
+    assert isinstance(first, Created)
+    held = await drive.claim(pool)
+    await drive.succeed(pool, held, "done")
+    return first
+
+
+def _delete_after_the_insert(
+    monkeypatch: pytest.MonkeyPatch, pool: asyncpg.Pool, job: Created
+) -> list[bool]:
+    """Deletes `job` between the next create's insert (which finds its key taken) and the read
+    of the key's job; the retry's insert is left alone. Returns what the delete answered."""
+    real_insert = creates._insert_chunks
+    deleted: list[bool] = []
+
+    async def insert_then_delete(*args: Any, **kwargs: Any) -> None:
+        await real_insert(*args, **kwargs)
+        monkeypatch.setattr(creates, "_insert_chunks", real_insert)
+        deleted.append(await jobs.delete_finished(pool, "default", job.job.id))
+
+    monkeypatch.setattr(creates, "_insert_chunks", insert_then_delete)
+    return deleted
 
 
 async def test_a_key_whose_job_is_deleted_between_insert_and_read_makes_a_new_job(
@@ -74,22 +95,10 @@ async def test_a_key_whose_job_is_deleted_between_insert_and_read_makes_a_new_jo
 ) -> None:
     """The race that answered 500 ("vanished"): the insert finds the key taken, the job is
     deleted before the replay reads it. The key is free then: the item is made anew."""
-    spec = job_body.checked_spec({"prompt": "race"}, default_provider="simulated", simulated=RULES)
     key = f"race-{uuid.uuid4()}"
-    [first] = await _create_with_key(pool, spec, key)
-    assert isinstance(first, Created)
-    held = await drive.claim(pool)
-    await drive.succeed(pool, held, "done")
-    real_insert = creates._insert_chunks
-    deleted: list[bool] = []
-
-    async def insert_then_delete(*args: Any, **kwargs: Any) -> None:
-        await real_insert(*args, **kwargs)
-        if not deleted:  # once: the retry's insert is left alone
-            deleted.append(await jobs.delete_finished(pool, "default", first.job.id))
-
-    monkeypatch.setattr(creates, "_insert_chunks", insert_then_delete)
-    [again] = await _create_with_key(pool, spec, key)
+    first = await _finished_job_of_key(pool, key)
+    deleted = _delete_after_the_insert(monkeypatch, pool, first)
+    [again] = await creates.create_many(pool, "default", [NewJob(RACE_SPEC, key)])
     assert deleted == [True]
     assert isinstance(again, Created) and again.created and again.job.id != first.job.id
     assert await job_count(pool) == 1
@@ -100,24 +109,14 @@ async def test_a_batch_item_whose_keys_job_vanished_is_told_as_a_new_job(
 ) -> None:
     """The same race in a batch: the item made anew is told to `on_created`, as a server's
     batch builds its answers from it (an item with no answer was a null in the results)."""
-    spec = job_body.checked_spec({"prompt": "race"}, default_provider="simulated", simulated=RULES)
     key = f"batch-race-{uuid.uuid4()}"
-    [first] = await _create_with_key(pool, spec, key)
-    assert isinstance(first, Created)
-    held = await drive.claim(pool)
-    await drive.succeed(pool, held, "done")
-    real_insert = creates._insert_chunks
-
-    async def insert_then_delete(*args: Any, **kwargs: Any) -> None:
-        await real_insert(*args, **kwargs)
-        monkeypatch.setattr(creates, "_insert_chunks", real_insert)  # the retry's is left alone
-        assert await jobs.delete_finished(pool, "default", first.job.id)
-
-    monkeypatch.setattr(creates, "_insert_chunks", insert_then_delete)
+    first = await _finished_job_of_key(pool, key)
+    deleted = _delete_after_the_insert(monkeypatch, pool, first)
     told: dict[int, Created] = {}
     [again] = await creates.create_batch(
-        pool, "default", [[NewJob(spec, key)]], on_created=told.__setitem__
+        pool, "default", [[NewJob(RACE_SPEC, key)]], on_created=told.__setitem__
     )
+    assert deleted == [True]
     assert isinstance(again, Created) and again.created and again.job.id != first.job.id
     assert told == {0: again}
 

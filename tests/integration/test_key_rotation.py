@@ -14,7 +14,6 @@ import hashlib
 import hmac
 import os
 import sys
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -34,20 +33,6 @@ from tests.support.sse_client import SSE_HEADERS, read_stream
 JOBSTREAM_CLI = str(Path(sys.executable).with_name("jobstream"))
 
 
-@pytest.fixture
-async def url(settings: Settings) -> AsyncIterator[str]:
-    """A server that requires keys: a key that stops working is a 401, never `default`."""
-    async with serve(create_app(settings.replace(require_api_key=True))) as base_url:
-        yield base_url
-
-
-@pytest.fixture
-async def browser(url: str) -> AsyncIterator[httpx.AsyncClient]:
-    """No key: what an EventSource sends (the events_url's token alone)."""
-    async with http_client(base_url=url, timeout=30) as http:
-        yield http
-
-
 def keyed(base_url: str, key: str) -> httpx.AsyncClient:
     return http_client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {key}"})
 
@@ -60,17 +45,17 @@ async def works(base_url: str, key: str) -> bool:
     return response.status_code == 200
 
 
-async def reads(browser: httpx.AsyncClient, events_url: str) -> bool:
+async def reads(anonymous: httpx.AsyncClient, events_url: str) -> bool:
     """Does this events_url still read its job, as a long-poll and as a stream? A refusal must
     be a 401 problem, the same on both."""
-    polled = await browser.get(events_url)
-    got = await read_stream(browser, events_url, max_events=1)  # the queued job's first event
+    polled = await anonymous.get(events_url)
+    got = await read_stream(anonymous, events_url, max_events=1)  # the queued job's first event
     assert polled.status_code == got.status, (polled.status_code, got.status)
     if polled.status_code == 200:
         assert got.status == 200 and got.ids == ["1"]
         return True
     assert_refused(polled)
-    streamed = await browser.get(events_url, headers=SSE_HEADERS)
+    streamed = await anonymous.get(events_url, headers=SSE_HEADERS)
     assert_refused(streamed)
     return False
 
@@ -96,10 +81,10 @@ async def end_grace(pool: asyncpg.Pool, tenant_id: str) -> None:
 
 
 async def test_after_a_rotation_both_keys_work_until_the_grace_ends(
-    url: str, browser: httpx.AsyncClient, pool: asyncpg.Pool
+    required_url: str, anonymous: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
     old = await tenants.create(pool, "acme")
-    async with keyed(url, old) as http:
+    async with keyed(required_url, old) as http:
         before = await create(http)
     assert generation_of(before) == 1
     rotated = await tenants.rotate_key(pool, "acme", grace_s=3600)
@@ -107,21 +92,21 @@ async def test_after_a_rotation_both_keys_work_until_the_grace_ends(
     assert rotated.previous_until is not None
 
     # During the grace: both keys, and the page opened before the rotation reads on.
-    assert await works(url, rotated.key) and await works(url, old)
-    assert await reads(browser, before["events_url"])
-    async with keyed(url, rotated.key) as http:
+    assert await works(required_url, rotated.key) and await works(required_url, old)
+    assert await reads(anonymous, before["events_url"])
+    async with keyed(required_url, rotated.key) as http:
         fresh = await create(http)
-    async with keyed(url, old) as http:
+    async with keyed(required_url, old) as http:
         # A caller still on the old key gets tokens that end with that key.
         on_old = (await http.get(f"/api/jobs/{fresh['id']}")).json()
     assert (generation_of(fresh), generation_of(on_old)) == (2, 1)
 
     await end_grace(pool, "acme")
-    assert not await works(url, old)
-    assert await works(url, rotated.key)
-    assert not await reads(browser, before["events_url"])
-    assert not await reads(browser, on_old["events_url"])
-    assert await reads(browser, fresh["events_url"])
+    assert not await works(required_url, old)
+    assert await works(required_url, rotated.key)
+    assert not await reads(anonymous, before["events_url"])
+    assert not await reads(anonymous, on_old["events_url"])
+    assert await reads(anonymous, fresh["events_url"])
 
 
 async def test_a_stored_grace_is_the_databases_now_plus_the_grace(pool: asyncpg.Pool) -> None:
@@ -133,64 +118,64 @@ async def test_a_stored_grace_is_the_databases_now_plus_the_grace(pool: asyncpg.
 
 
 async def test_a_revoked_key_and_its_events_tokens_stop_at_once(
-    url: str, browser: httpx.AsyncClient, pool: asyncpg.Pool
+    required_url: str, anonymous: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
     key = await tenants.create(pool, "acme")
-    async with keyed(url, key) as http:
+    async with keyed(required_url, key) as http:
         job = await create(http)
-    assert await reads(browser, job["events_url"])
+    assert await reads(anonymous, job["events_url"])
     assert await tenants.revoke_key(pool, "acme") == 2
-    assert not await works(url, key)
-    assert not await reads(browser, job["events_url"])
+    assert not await works(required_url, key)
+    assert not await reads(anonymous, job["events_url"])
     row = await pool.fetchrow("SELECT * FROM tenants WHERE id = 'acme'")
     assert row is not None and row["api_key_hash"] is None and row["previous_key_hash"] is None
 
 
 async def test_a_revocation_ends_a_rotations_grace_too(
-    url: str, browser: httpx.AsyncClient, pool: asyncpg.Pool
+    required_url: str, anonymous: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
     old = await tenants.create(pool, "acme")
-    async with keyed(url, old) as http:
+    async with keyed(required_url, old) as http:
         job = await create(http)
     new = (await tenants.rotate_key(pool, "acme", grace_s=3600)).key
-    async with keyed(url, new) as http:
+    async with keyed(required_url, new) as http:
         fresh = await create(http)
     await tenants.revoke_key(pool, "acme")
     for key in (old, new):
-        assert not await works(url, key)
+        assert not await works(required_url, key)
     for events_url in (job["events_url"], fresh["events_url"]):
-        assert not await reads(browser, events_url)
+        assert not await reads(anonymous, events_url)
     # A key given after a revocation revives no token issued before it.
     newest = (await tenants.rotate_key(pool, "acme", grace_s=3600)).key
-    assert await works(url, newest)
-    assert not await works(url, new)
-    assert not await reads(browser, fresh["events_url"])
+    assert await works(required_url, newest)
+    assert not await works(required_url, new)
+    assert not await reads(anonymous, fresh["events_url"])
 
 
 async def test_a_rotation_without_grace_stops_the_old_key_and_its_tokens_at_once(
-    url: str, browser: httpx.AsyncClient, pool: asyncpg.Pool
+    required_url: str, anonymous: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
     old = await tenants.create(pool, "acme")
-    async with keyed(url, old) as http:
+    async with keyed(required_url, old) as http:
         job = await create(http)
     rotated = await tenants.rotate_key(pool, "acme", grace_s=0)
     assert rotated.previous_until is None
-    assert not await works(url, old)
-    assert not await reads(browser, job["events_url"])
+    assert not await works(required_url, old)
+    assert not await reads(anonymous, job["events_url"])
     # The page reads the job again, with the new key, and follows it on a fresh events_url.
-    async with keyed(url, rotated.key) as http:
+    async with keyed(required_url, rotated.key) as http:
         again = (await http.get(f"/api/jobs/{job['id']}")).json()
     assert generation_of(again) == 2
-    assert await reads(browser, again["events_url"])
+    assert await reads(anonymous, again["events_url"])
 
 
 async def test_tokens_issued_before_generations_live_until_the_first_rotation(
-    url: str, browser: httpx.AsyncClient, pool: asyncpg.Pool, settings: Settings
+    required_url: str, anonymous: httpx.AsyncClient, pool: asyncpg.Pool, settings: Settings
 ) -> None:
     """`<expires>.<signature>`, what servers before the upgrade put in events_url: good while the
     tenant's key is at generation 1, then refused, grace or not."""
     key = await tenants.create(pool, "acme")
-    async with keyed(url, key) as http:
+    async with keyed(required_url, key) as http:
         job = await create(http)
     expires = 4_000_000_000  # far ahead
     message = f"jobstream-events:{job['id']}:{expires}".encode()
@@ -198,10 +183,10 @@ async def test_tokens_issued_before_generations_live_until_the_first_rotation(
     legacy = f"/api/jobs/{job['id']}/events?token={expires}." + (
         base64.urlsafe_b64encode(mac).decode().rstrip("=")
     )
-    assert await reads(browser, legacy)
+    assert await reads(anonymous, legacy)
     await tenants.rotate_key(pool, "acme", grace_s=3600)
-    assert not await reads(browser, legacy)
-    assert await reads(browser, job["events_url"])  # a generation-1 token of today's format
+    assert not await reads(anonymous, legacy)
+    assert await reads(anonymous, job["events_url"])  # a generation-1 token of today's format
 
 
 async def test_the_default_tenants_tokens_follow_its_generation(
@@ -264,7 +249,7 @@ def one_key(out: str) -> str:
 
 
 async def test_the_command_rotates_and_revokes(
-    database_url: str, url: str, pool: asyncpg.Pool
+    database_url: str, required_url: str, pool: asyncpg.Pool
 ) -> None:
     code, out, err = await tenants_cli(database_url, "create", "acme")
     assert code == 0, err
@@ -274,7 +259,9 @@ async def test_the_command_rotates_and_revokes(
     new = one_key(out)
     assert new != old and "generation 2" in err and "the old key works until" in err
     assert new not in err  # shown once, on stdout
-    assert await works(url, new) and await works(url, old)  # JOBSTREAM_KEY_GRACE_S: a day
+    assert await works(required_url, new) and await works(
+        required_url, old
+    )  # JOBSTREAM_KEY_GRACE_S: a day
     until = await pool.fetchval("SELECT previous_key_until - now() FROM tenants WHERE id = 'acme'")
     assert timedelta(hours=23) < until <= timedelta(days=1)
 
@@ -284,12 +271,12 @@ async def test_the_command_rotates_and_revokes(
     assert code == 0, err
     newest = one_key(out)
     assert "no other key works" in err
-    assert await works(url, newest)
-    assert not await works(url, new) and not await works(url, old)
+    assert await works(required_url, newest)
+    assert not await works(required_url, new) and not await works(required_url, old)
 
     code, out, err = await tenants_cli(database_url, "revoke-key", "acme")
     assert (code, out) == (0, "") and "revoked" in err
-    assert not await works(url, newest)
+    assert not await works(required_url, newest)
     assert await pool.fetchval("SELECT key_generation FROM tenants WHERE id = 'acme'") == 4
 
     code, out, err = await tenants_cli(database_url, "rotate-key", "nobody")
@@ -297,7 +284,7 @@ async def test_the_command_rotates_and_revokes(
 
 
 async def test_python_dash_m_tenants_still_works(
-    database_url: str, url: str, pool: asyncpg.Pool
+    database_url: str, required_url: str, pool: asyncpg.Pool
 ) -> None:
     await tenants.create(pool, "acme")
     code, out, err = await run_cli(
@@ -305,4 +292,4 @@ async def test_python_dash_m_tenants_still_works(
         "--grace-s", "0",
     )  # fmt: skip
     assert code == 0, err
-    assert await works(url, one_key(out))
+    assert await works(required_url, one_key(out))

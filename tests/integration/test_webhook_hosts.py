@@ -9,11 +9,9 @@ import random
 import shutil
 import ssl
 import subprocess
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
@@ -23,19 +21,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from jobstream import jobs
 from jobstream.settings import Settings
 from jobstream.worker import webhook_transport
 from jobstream.worker.webhook_targets import Allowed
 from jobstream.worker.webhooks import WebhookSender
 from tests.support.api import PROBLEM, job_count
-from tests.support.clock import ManualClock
 from tests.support.http_server import serve
 from tests.support.outside import LoopbackOnly
 from tests.support.resolver import Resolver, fake_resolver
-from tests.support.webhook_outbox import deliveries
+from tests.support.webhook_outbox import pending_delivery, the_delivery
 from tests.support.webhook_receiver import webhook_receiver
-from tests.support.workers import create_job, manual_clock
+from tests.support.workers import manual_clock
 
 HOST = "hooks.example.com"
 PUBLIC = "93.184.216.34"  # globally routable, so the check allows it; unreachable in these tests
@@ -56,18 +52,6 @@ def strict(hook_settings: Settings) -> Settings:
 def at_host(receiver_url: str) -> str:
     """The receiver's URL with HOST for its address: the loopback port stands in for the inside."""
     return receiver_url.replace(f"//{LOOPBACK}:", f"//{HOST}:")
-
-
-async def pending_delivery(pool: asyncpg.Pool, url: str, clock: ManualClock) -> uuid.UUID:
-    """A job whose delivery row is due at `clock`'s now: it was cancelled before it ran."""
-    job_id = await create_job(pool, webhook_url=url)
-    await jobs.cancel(pool, "default", job_id, clock)
-    return job_id
-
-
-async def the_delivery(pool: asyncpg.Pool, job_id: uuid.UUID) -> dict[str, Any]:
-    [row] = await deliveries(pool, job_id)
-    return row
 
 
 async def test_a_name_that_rebinds_to_loopback_after_the_check_sends_nothing_inside(

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import asyncpg
 import httpx
@@ -19,36 +17,22 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from jobstream import jobs
 from jobstream.server.app import create_app
 from jobstream.settings import Settings
 from jobstream.worker.webhooks import WebhookSender
 from tests.support.api import PROBLEM
-from tests.support.clock import ManualClock
 from tests.support.http_server import http_client, serve
 from tests.support.polling import eventually
 from tests.support.resolver import Resolver, fake_resolver
-from tests.support.webhook_outbox import deliveries
+from tests.support.webhook_outbox import pending_delivery, the_delivery
 from tests.support.webhook_receiver import Receiver, webhook_receiver
-from tests.support.workers import create_job, manual_clock
+from tests.support.workers import manual_clock
 
 
 @pytest.fixture
 def resolver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Resolver]:
     with fake_resolver(monkeypatch) as fake:
         yield fake
-
-
-async def pending_delivery(pool: asyncpg.Pool, url: str, clock: ManualClock) -> uuid.UUID:
-    """A job whose delivery row is due at `clock`'s now: it was cancelled before it ran."""
-    job_id = await create_job(pool, webhook_url=url)
-    await jobs.cancel(pool, "default", job_id, clock)
-    return job_id
-
-
-async def the_delivery(pool: asyncpg.Pool, job_id: uuid.UUID) -> dict[str, Any]:
-    [row] = await deliveries(pool, job_id)
-    return row
 
 
 async def test_a_host_whose_lookup_fails_is_retried_with_backoff_not_given_up(
