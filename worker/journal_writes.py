@@ -67,11 +67,22 @@ class Journals:
         self._writer = GroupWriter(
             "step-journals", write, max_batch=MAX_BATCH, in_flight=WRITES_IN_FLIGHT
         )
+        self._pending: set[asyncio.Future[bool]] = set()
 
     def write(self, journal: Journal) -> asyncio.Future[bool]:
         """Journal this step with the others of its moment: the future of whether its attempt
         still held its job (False: nothing written), or of the database's error."""
-        return self._writer.submit_nowait(journal)
+        answer = self._writer.submit_nowait(journal)
+        self._pending.add(answer)
+        answer.add_done_callback(self._pending.discard)
+        return answer
+
+    async def settle(self, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for the journals on their way. A success does not wait for
+        its steps' journals, so a worker stopping right after one still has them to write:
+        cancelled, they would be lost to the job's record of its steps."""
+        if self._pending and timeout_s > 0:
+            await asyncio.wait(set(self._pending), timeout=timeout_s)
 
     async def run(self) -> None:
         """The writer, until cancelled."""

@@ -166,9 +166,9 @@ class Worker:
                 self._completions.run(), name=f"completions:{self.worker_id}"
             )
             writer.add_done_callback(self._on_writer_done)
-            self._journals = Journals(self._pool)
+            self._journals = journals = Journals(self._pool)
             journal_writer = asyncio.create_task(
-                self._journals.run(), name=f"step-journals:{self.worker_id}"
+                journals.run(), name=f"step-journals:{self.worker_id}"
             )
             journal_writer.add_done_callback(self._on_writer_done)
             self._leases = Leases(
@@ -206,7 +206,10 @@ class Worker:
                 await drain(
                     list(self._running.values()), grace, self._stop_now, name=self.worker_id
                 )
-                # After the drain: the settling attempts' successes go through the writer.
+                # After the drain: the settling attempts' successes go through the writer, and
+                # the steps of those that succeeded are still being journaled.
+                if not self._stop_now.is_set():
+                    await journals.settle(grace)
                 writer.cancel()
                 journal_writer.cancel()
                 token_writer.cancel()
