@@ -74,6 +74,7 @@ class ProviderError(JobstreamError):
         status_code: int | None = None,
         request_sent: bool = True,
         refused: bool = False,
+        pause_provider: bool = False,
     ) -> None:
         super().__init__(message)
         self.kind: ErrorKind = kind
@@ -82,6 +83,9 @@ class ProviderError(JobstreamError):
         self.status_code = status_code
         self.request_sent = request_sent
         self.refused = refused
+        # The provider said it is overloaded (Anthropic's 529): every worker backs off it, as
+        # after a 429, though the kind stays transient.
+        self.pause_provider = pause_provider
         # Which provider failed, set where a job's call is made (worker/llm_calls.py).
         self.provider: str | None = None
 

@@ -4,6 +4,9 @@ The simulator is free and does what the job says, so unchecked it let one tenant
 worker slot for an hour (`first_token_delay_s` and `timeout_s` at 3,600), pause the provider for
 every tenant (a `rate_limited` fault's `retry_after_s`), and set its own price. Here: it can be
 switched off (production), an attempt it runs is bounded in time, and its price is the server's.
+
+And a provider that cannot run without a key (`anthropic`) is refused where its key is unset,
+naming the setting, rather than queued to fail at every attempt.
 """
 
 from __future__ import annotations
@@ -23,22 +26,36 @@ from jobstream.worker.providers.simulated import (
 )
 
 OFF = "the simulated provider is switched off on this server"
+ANTHROPIC_KEY = "JOBSTREAM_ANTHROPIC_API_KEY"
 
 
 @dataclass(frozen=True)
 class SimulatedRules:
     enabled: bool  # JOBSTREAM_SIMULATED
     max_s: float  # JOBSTREAM_SIMULATED_MAX_S
+    # (provider, setting) for each provider whose key this server lacks.
+    missing_keys: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, settings: Settings) -> SimulatedRules:
-        return cls(enabled=settings.simulated, max_s=settings.simulated_max_s)
+        missing = () if settings.anthropic_api_key else (("anthropic", ANTHROPIC_KEY),)
+        return cls(enabled=settings.simulated, max_s=settings.simulated_max_s, missing_keys=missing)
+
+    def key_refusal(self, provider: str) -> str | None:
+        """Why a job for `provider` cannot be created here: its key is unset."""
+        for name, setting in self.missing_keys:
+            if name == provider:
+                return f"{name} needs {setting}, which this server does not set"
+        return None
 
     def refusals(
         self, *, provider: str, simulate: Mapping[str, Any], max_tokens: int, timeout_s: float
     ) -> list[tuple[str, str]]:
         """(field, message) for each rule the job breaks; none when it may be created."""
         found: list[tuple[str, str]] = []
+        unkeyed = self.key_refusal(provider)
+        if unkeyed is not None:
+            found.append(("provider", unkeyed))
         if "cost_per_token" in simulate:
             # Refused rather than ignored: a client that thinks it set the price learns it did not.
             found.append(("simulate.cost_per_token", "is the server's price, not the job's"))
@@ -61,6 +78,8 @@ class SimulatedRules:
         in bounds (server/job_body.py, _plain_simulate): the same rules, without parsing a
         Simulation, which was a third of the lean path's time (a batch checks 1,000 jobs).
         tests/unit/test_plain_spec.py holds the two paths to the same answers."""
+        if self.missing_keys and self.key_refusal(provider) is not None:
+            return False
         if not self.enabled:
             return provider != "simulated" and not simulate
         if provider != "simulated":

@@ -9,7 +9,7 @@ import orjson
 
 from jobstream.server.problems import Problem
 
-PROVIDERS = ("simulated", "openai")
+PROVIDERS = ("simulated", "openai", "anthropic")
 METADATA_MAX_BYTES = 4096
 MAX_DELAY_S = 366 * 86_400  # a delayed job waits at most about a year
 MAX_RETAIN_S = 365 * 86_400  # retain_s: a job is kept at most a year after it ends

@@ -31,6 +31,8 @@ class Failure:
     trace: str | None = None
     # The provider that failed, when a 429 is to pause it (a job's calls may use several).
     provider: str | None = None
+    # Pause the provider for every worker as a 429 does, whatever the kind (an overload).
+    pause_provider: bool = False
 
     @classmethod
     def from_provider(cls, exc: ProviderError) -> Failure:
@@ -41,6 +43,7 @@ class Failure:
             exc.retry_after_s,
             exc.billed_nothing,
             provider=exc.provider,
+            pause_provider=exc.pause_provider,
         )
 
     @classmethod

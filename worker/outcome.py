@@ -156,7 +156,7 @@ class OutcomeRecorder:
             rng=self._rng,
             output_retry_left=await self._output_retry_left(failure.kind),
         )
-        if failure.kind == "rate_limited":
+        if failure.kind == "rate_limited" or failure.pause_provider:
             # Every worker backs off, for as long as the provider asked, or when it did not say,
             # for as long as this job waits.
             pause_s = failure.retry_after_s

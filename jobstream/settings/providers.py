@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from jobstream.settings.fields import one_of, setting
 
 # The names a provider setting may take: a misspelled one stops start-up, naming the nearest.
-PROVIDER_NAMES = ("simulated", "openai")
+PROVIDER_NAMES = ("simulated", "openai", "anthropic")
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,52 @@ class ProviderSettings:
         "JOBSTREAM_OPENAI_OUTPUT_USD_PER_MTOK",
         0.60,
         "Price of one million output (completion) tokens, USD.",
+        minimum=0,
+    )
+
+    anthropic_base_url: str = setting(
+        "JOBSTREAM_ANTHROPIC_BASE_URL", "https://api.anthropic.com", "Anthropic API base URL."
+    )
+    anthropic_api_key: str = setting(
+        "JOBSTREAM_ANTHROPIC_API_KEY",
+        "",
+        "Anthropic API key (never logged). Without it the server refuses jobs naming the "
+        "`anthropic` provider (422).",
+        secret=True,
+    )
+    anthropic_model: str = setting(
+        "JOBSTREAM_ANTHROPIC_MODEL", "claude-haiku-4-5", "Default Anthropic model."
+    )
+    anthropic_connect_timeout_s: float = setting(
+        "JOBSTREAM_ANTHROPIC_CONNECT_TIMEOUT_S",
+        10.0,
+        "Seconds to open a connection to Anthropic (a failure here is safe to retry).",
+        minimum=0.001,
+    )
+    anthropic_first_token_timeout_s: float = setting(
+        "JOBSTREAM_ANTHROPIC_FIRST_TOKEN_TIMEOUT_S",
+        120.0,
+        "Seconds from sending the request to the first text token.",
+        minimum=0.001,
+    )
+    anthropic_idle_timeout_s: float = setting(
+        "JOBSTREAM_ANTHROPIC_IDLE_TIMEOUT_S",
+        30.0,
+        "Seconds of silence allowed between stream events once tokens flow.",
+        minimum=0.001,
+    )
+    # Claude Haiku 4.5's list prices (https://www.anthropic.com/pricing#api). Cache reads and
+    # writes are priced from the input price (worker/providers/anthropic.py, CACHE_*).
+    anthropic_input_usd_per_mtok: float = setting(
+        "JOBSTREAM_ANTHROPIC_INPUT_USD_PER_MTOK",
+        1.0,
+        "Price of one million uncached input tokens, USD (cache writes cost 1.25x, reads 0.1x).",
+        minimum=0,
+    )
+    anthropic_output_usd_per_mtok: float = setting(
+        "JOBSTREAM_ANTHROPIC_OUTPUT_USD_PER_MTOK",
+        5.0,
+        "Price of one million output tokens, USD.",
         minimum=0,
     )
 

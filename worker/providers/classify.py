@@ -6,7 +6,9 @@ reviewed here and nowhere else:
 - an HTTP status answer (`from_status`): the server saw the request and refused it;
 - a transport error (`from_transport`): safe to retry only if the request never left us;
 - a fault of the stream itself (`from_stream_fault`): timeouts, malformed or truncated streams;
-- an error object sent inside a 200 stream (`from_error_object`), as vLLM and others do.
+- an error object sent inside a 200 stream (`from_error_object`), as vLLM and others do;
+- an Anthropic error (`from_error_type`), by the body's `error.type` as well as its status:
+  an answer with an error status, or an `error` event inside a 200 stream.
 
 `request_sent` is True once we started writing the request: from then on the provider may have
 started (and billed) the work, so a failure without an answer is an unknown outcome.
@@ -114,6 +116,13 @@ def from_transport(exc: httpx.TransportError, *, request_sent: bool | None = Non
     return ProviderError("unknown", f"no complete answer after the request was sent: {description}")
 
 
+def from_connection(description: str, *, request_sent: bool) -> ProviderError:
+    """A connection that failed without an answer, described; `request_sent` as known."""
+    if not request_sent:
+        return ProviderError("transient", f"request not sent: {description}", request_sent=False)
+    return ProviderError("unknown", f"no complete answer after the request was sent: {description}")
+
+
 def from_stream_fault(
     fault: StreamFault, *, request_sent: bool = True, detail: str = ""
 ) -> ProviderError:
@@ -144,6 +153,55 @@ def from_error_object(payload: Mapping[str, Any]) -> ProviderError:
     else:
         kind = "transient"
     return ProviderError(kind, f"provider reported an error mid-stream: {text}", status_code=status)
+
+
+# Anthropic's documented error types (https://docs.claude.com/en/api/errors) and their kinds.
+# A status alone is not enough: an in-stream `error` event arrives on a 200, and the SDK raises it
+# as a bare APIStatusError with status 200; only the body's type says what failed.
+_ANTHROPIC_KINDS: Final[dict[str, ErrorKind]] = {
+    "invalid_request_error": "permanent",  # 400 (and other 4xx the list does not name)
+    "authentication_error": "permanent",  # 401
+    "billing_error": "permanent",  # 402
+    "permission_error": "permanent",  # 403
+    "not_found_error": "permanent",  # 404
+    "request_too_large": "permanent",  # 413
+    "rate_limit_error": "rate_limited",  # 429
+    "api_error": "transient",  # 500
+    "timeout_error": "transient",  # 504
+    "overloaded_error": "transient",  # 529, and in a stream during high load
+}
+
+
+def from_error_type(
+    status_code: int,
+    error_type: str | None,
+    headers: httpx.Headers | Mapping[str, str],
+    *,
+    detail: str = "",
+    in_stream: bool = False,
+    now: datetime | None = None,
+) -> ProviderError:
+    """An Anthropic error: an answer with an error status, or (`in_stream`) an `error` event
+    after a 200. The type decides where it is known, else the status. An overload is transient
+    and pauses the provider for every worker, as a 429 does. An error status billed nothing
+    (refused); an error inside a stream came after the work began, so it may have."""
+    kind = _ANTHROPIC_KINDS.get(error_type or "")
+    if kind is None:
+        kind = "transient" if in_stream else kind_for_status(status_code)
+    where = "mid-stream" if in_stream else f"HTTP {status_code}"
+    message = f"provider answered {where}: {error_type or 'error'}"
+    if detail:
+        message = f"{message}: {detail}"
+    return ProviderError(
+        kind,
+        message,
+        # A 200 stream's headers say nothing about the error inside it.
+        retry_after_s=None if in_stream else parse_retry_after(headers, now=now),
+        status_code=None if in_stream else status_code,
+        request_sent=True,
+        refused=not in_stream,
+        pause_provider=error_type == "overloaded_error" or status_code == 529,
+    )
 
 
 def _finite_float(raw: str | None) -> float | None:

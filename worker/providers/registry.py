@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from jobstream.settings import Settings
+from jobstream.worker.providers.anthropic import AnthropicProvider
 from jobstream.worker.providers.base import Provider
 from jobstream.worker.providers.openai import OpenAIProvider
 from jobstream.worker.providers.simulated import SimulatedProvider
@@ -17,7 +18,10 @@ def build_providers(settings: Settings) -> dict[str, Provider]:
     Without the simulator (JOBSTREAM_SIMULATED=false), a worker leaves simulated jobs queued
     for a worker that runs it, and the server refuses to create them.
     """
-    providers: dict[str, Provider] = {"openai": OpenAIProvider(settings)}
+    providers: dict[str, Provider] = {
+        "openai": OpenAIProvider(settings),
+        "anthropic": AnthropicProvider(settings),
+    }
     if settings.simulated:
         # Through its decimal text, as the OpenAI prices: 0.15 stays exactly 0.15.
         price = Decimal(str(settings.simulated_usd_per_mtok))
