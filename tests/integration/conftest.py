@@ -1,5 +1,6 @@
 """Integration fixtures: the HTTP API on a real uvicorn and a client for it, a pool wide enough
-for racing claimers, webhook settings, and the fake OpenAI server with a provider pointed at it.
+for racing claimers, webhook settings, and the fake OpenAI and Anthropic servers with a provider
+pointed at each.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from jobstream.server.app import create_app
 from jobstream.settings import Settings
 from jobstream.worker.providers.openai import OpenAIProvider
 from tests.support import user_jobs
+from tests.support.anthropic_jobs import KEY as ANTHROPIC_KEY
+from tests.support.anthropic_jobs import anthropic_settings
+from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.http_server import http_client, serve
 from tests.support.openai_jobs import KEY, openai_settings
@@ -120,3 +124,24 @@ async def api(ai_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
         http_client(url, timeout=30) as client,
     ):
         yield client
+
+
+@pytest.fixture(scope="module")
+async def anthropic_server() -> AsyncIterator[FakeAnthropic]:
+    """The fake Anthropic Messages API, one per module."""
+    async with FakeAnthropic(api_key=ANTHROPIC_KEY) as fake:
+        yield fake
+
+
+@pytest.fixture
+async def claude(anthropic_server: FakeAnthropic) -> AsyncIterator[FakeAnthropic]:
+    """The module's fake Anthropic API, reset for this test and left idle by it."""
+    anthropic_server.reset()
+    yield anthropic_server
+    await anthropic_server.wait_until(lambda s: s.in_flight == 0)
+
+
+@pytest.fixture
+def claude_settings(settings: Settings, claude: FakeAnthropic) -> Settings:
+    """Settings with the Anthropic provider pointed at the fake (support/anthropic_jobs.py)."""
+    return anthropic_settings(settings, claude.base_url)

@@ -20,17 +20,9 @@ from tests.support.fake_openai import expected_text, prompt_tokens
 PROMPT = "tell me about the leases of durable jobs"
 
 
-@pytest.fixture(scope="module")
-async def anthropic_server() -> AsyncIterator[FakeAnthropic]:
-    async with FakeAnthropic(api_key=KEY) as fake:
-        yield fake
-
-
 @pytest.fixture
-async def fake(anthropic_server: FakeAnthropic) -> AsyncIterator[FakeAnthropic]:
-    anthropic_server.reset()
-    yield anthropic_server
-    await anthropic_server.wait_until(lambda s: s.in_flight == 0)
+def fake(claude: FakeAnthropic) -> FakeAnthropic:
+    return claude
 
 
 @pytest.fixture

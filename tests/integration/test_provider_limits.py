@@ -12,6 +12,7 @@ import random
 from decimal import Decimal
 
 import asyncpg
+import pytest
 
 from jobstream import attempts, claims, db, migrations
 from jobstream.attempts import Success
@@ -27,19 +28,23 @@ LIMIT = 3
 CLAIMERS = 12  # the wide_pool fixture has a connection for each
 
 
-async def claim(pool: asyncpg.Pool, providers: list[str], worker: str) -> Claimed | None:
+async def claim(
+    pool: asyncpg.Pool, providers: list[str], worker: str, limited: str = "openai"
+) -> Claimed | None:
     return await claims.claim(
         pool,
         providers=providers,
         worker_id=worker,
         lease_s=30,
         clock=CLOCK,
-        limits={"openai": LIMIT},
+        limits={limited: LIMIT},
     )
 
 
-async def race(pool: asyncpg.Pool, providers: list[str]) -> list[Claimed]:
-    results = await asyncio.gather(*(claim(pool, providers, f"w{i}") for i in range(CLAIMERS)))
+async def race(pool: asyncpg.Pool, providers: list[str], limited: str = "openai") -> list[Claimed]:
+    results = await asyncio.gather(
+        *(claim(pool, providers, f"w{i}", limited) for i in range(CLAIMERS))
+    )
     return [held for held in results if held is not None]
 
 
@@ -50,19 +55,22 @@ async def running_attempts(pool: asyncpg.Pool, provider: str) -> int:
     return n
 
 
-async def test_racing_claims_never_run_more_than_the_limit(wide_pool: asyncpg.Pool) -> None:
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_racing_claims_never_run_more_than_the_limit(
+    wide_pool: asyncpg.Pool, provider: str
+) -> None:
     for i in range(20):
-        await create_job(wide_pool, prompt=f"job {i}", provider="openai")
+        await create_job(wide_pool, prompt=f"job {i}", provider=provider)
     rng = random.Random(7)
     held: list[Claimed] = []
     claimed_total = 0
     for _ in range(6):
-        won = await race(wide_pool, ["openai"])
+        won = await race(wide_pool, [provider], provider)
         # Every free slot is taken, and not one more, however the claims interleave.
         assert len(won) == LIMIT - len(held)
         held += won
         claimed_total += len(won)
-        assert await running_attempts(wide_pool, "openai") == LIMIT
+        assert await running_attempts(wide_pool, provider) == LIMIT
         # Finish some attempts, freeing their slots for the next race.
         for done in rng.sample(held, rng.randint(1, LIMIT)):
             await attempts.accept(wide_pool, Success(done, "text", Usage(1, 1, Decimal(0))), CLOCK)
