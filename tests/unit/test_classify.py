@@ -140,3 +140,32 @@ def test_error_inside_the_stream(
 ) -> None:
     error = classify.from_error_object(payload)
     assert (error.kind, error.status_code, error.request_sent) == (kind, status, True)
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type", "in_stream", "kind", "pause"),
+    [
+        (529, "overloaded_error", False, "transient", True),
+        (529, None, False, "transient", True),  # the status alone, a body without its type
+        (200, "overloaded_error", True, "transient", True),
+        (429, "rate_limit_error", False, "rate_limited", False),
+        (500, "api_error", False, "transient", False),
+        (200, "api_error", True, "transient", False),
+        (400, "invalid_request_error", False, "permanent", False),
+        (401, "authentication_error", False, "permanent", False),
+        (403, "permission_error", False, "permanent", False),
+        (404, "not_found_error", False, "permanent", False),
+        (413, "request_too_large", False, "permanent", False),
+        (200, "invalid_request_error", True, "permanent", False),
+        (200, "something_new", True, "transient", False),  # unknown, after the work began
+        (418, "something_new", False, "permanent", False),  # unknown type: the status decides
+    ],
+)
+def test_anthropic_errors_by_type_and_status(
+    status: int, error_type: str | None, in_stream: bool, kind: ErrorKind, pause: bool
+) -> None:
+    error = classify.from_error_type(status, error_type, {"retry-after": "4"}, in_stream=in_stream)
+    assert (error.kind, error.pause_provider) == (kind, pause)
+    # An error status billed nothing; an error event came after the work began.
+    assert error.refused is not in_stream
+    assert error.retry_after_s == (None if in_stream else 4.0)
