@@ -79,6 +79,8 @@ class Spend:
             output_tokens=sum(p.output_tokens for p in parts),
             cost_usd=sum((p.cost_usd for p in parts), Decimal(0)),
             cost_known=all(p.cost_known for p in parts),
+            cache_read_tokens=sum(p.cache_read_tokens for p in parts),
+            cache_write_tokens=sum(p.cache_write_tokens for p in parts),
         )
 
     def committed_usd(self) -> Decimal:

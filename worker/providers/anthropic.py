@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal
@@ -224,8 +225,10 @@ class AnthropicProvider:
             _TRACE.reset(token)
         # From here on the stream is ours to close, however the consumer leaves.
         try:
-            async for item in self._items(events, request, first_token_deadline):
-                yield item
+            # aclosing: leaving early must close the inner generator now, not at GC time.
+            async with aclosing(self._items(events, request, first_token_deadline)) as items:
+                async for item in items:
+                    yield item
         finally:
             await events.close()
 
@@ -234,7 +237,7 @@ class AnthropicProvider:
         events: anthropic.AsyncStream[Any],
         request: ProviderRequest,
         first_token_deadline: float,
-    ) -> AsyncIterator[StreamItem]:
+    ) -> AsyncGenerator[StreamItem, None]:
         loop = asyncio.get_running_loop()
         iterator = events.__aiter__()
         counts = _Counts()
