@@ -4,7 +4,7 @@
 -- version and then the routines at the end of this file (jobstream/migrations.py,
 -- docs/architecture.md). Change a table in both: a test checks that the migrations lead to
 -- exactly this schema.
--- schema-version: 15
+-- schema-version: 16
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -169,6 +169,12 @@ CREATE TABLE IF NOT EXISTS tenant_jobs (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS tenant_jobs_key_idx ON tenant_jobs (tenant_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+-- A chat's newest job (CHAT_LATEST_JOB): POST /api/chat keys a chat's jobs
+-- `chat:<the chat id's digest>:<the request's digest>` (jobstream/chats.py), and the reconnect
+-- and the stop name the chat alone. Only chats' keys have entries.
+CREATE INDEX IF NOT EXISTS tenant_jobs_chat_idx
+    ON tenant_jobs (tenant_id, split_part(idempotency_key, ':', 2), created_at, job_id)
+    WHERE idempotency_key LIKE 'chat:%';
 
 -- No foreign key to jobs: the claim inserts an attempt in the statement that updates its job, and
 -- a job's attempts are deleted with its other rows (delete_jobs, below).
@@ -362,7 +368,7 @@ CREATE TYPE claimed_job AS (
     job_name           text
 );
 
-INSERT INTO schema_version (version) VALUES (15) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (16) ON CONFLICT (version) DO NOTHING;
 
 -- routines: every function, aggregate and view. A fresh database runs this file whole; after
 -- migrations, jobstream/migrations.py runs again what follows this line (every statement is

@@ -37,6 +37,8 @@ class Queries:
     JOURNAL_STEPS: str
     JOB_STEPS: str
     PREVIOUS_ATTEMPTS: str
+    # chats.sql
+    CHAT_LATEST_JOB: str
     # claiming.sql
     CLAIM_JOBS: str
     PAUSE_PROVIDER: str
