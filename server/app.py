@@ -24,6 +24,8 @@ from jobstream.loading import load_app
 from jobstream.server import (
     access_log,
     batch_api,
+    chat_api,
+    chat_page,
     events_api,
     health,
     job_types,
@@ -162,8 +164,15 @@ def create_app(
             {"GET": v1_api.retrieve_response, "DELETE": v1_api.delete_response},
         ),
         Route("/v1/responses/{response_id}/cancel", v1_api.cancel_response, methods=["POST"]),
+        # The Vercel AI SDK's chat protocol (useChat), over jobs; `:path`: a chat id is the
+        # client's, and may hold a slash.
+        Route("/api/chat", chat_api.create_chat, methods=["POST"]),
+        Route("/api/chat/{chat_id:path}/stream", chat_api.resume_chat, methods=["GET"]),
+        Route("/api/chat/{chat_id:path}/stop", chat_api.stop_chat, methods=["POST"]),
         Route("/", pages.index),
         Route("/jobs/{job_id}", pages.index),
+        Route("/chat/", chat_page.chat_page),
+        Route("/chat/{name}", chat_page.chat_asset),
         Mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static"),
     ]
     app = SecuredStarlette(

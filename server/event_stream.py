@@ -62,8 +62,8 @@ class EventStream:
     """
 
     __slots__ = (
-        "_body", "_ended", "_heartbeat_s", "_last_send", "_lock", "_scope", "_send_timeout_s",
-        "_sending_since", "_stop", "_tick_s", "stalled",
+        "_body", "_ended", "_headers", "_heartbeat_s", "_last_send", "_lock", "_scope",
+        "_send_timeout_s", "_sending_since", "_stop", "_tick_s", "stalled",
     )  # fmt: skip
 
     def __init__(
@@ -73,8 +73,10 @@ class EventStream:
         heartbeat_s: float,
         stop: Stop | None = None,
         send_timeout_s: float | None = None,
+        headers: tuple[tuple[bytes, bytes], ...] = HEADERS,
     ) -> None:
         self._body = body
+        self._headers = headers
         self._heartbeat_s = heartbeat_s
         self._send_timeout_s = send_timeout_s
         self._tick_s = min(heartbeat_s, send_timeout_s or heartbeat_s)
@@ -87,7 +89,7 @@ class EventStream:
         self.stalled = False  # ended because a send did not go through in time
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+        await send({"type": "http.response.start", "status": 200, "headers": self._headers})
         if scope.get("method") == "HEAD":
             await self._body.aclose()
             await send({"type": "http.response.body", "body": b"", "more_body": False})

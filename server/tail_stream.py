@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from jobstream.events import Event
+from jobstream.server import event_stream
 from jobstream.server.event_stream import EventStream
 from jobstream.server.flag import Flag, Stop
 from jobstream.server.state import AppState
@@ -31,6 +32,8 @@ class TailStream(Response):
     `slot` is the stream's place in its tenant's count (server/stream_slots.py), taken by the
     handler that returns this response and released when it has been served, however it ends.
     """
+
+    stream_headers: tuple[tuple[bytes, bytes], ...] = event_stream.HEADERS
 
     def __init__(  # no super().__init__: nothing of a buffered Response applies to a stream
         self,
@@ -70,6 +73,12 @@ class TailStream(Response):
         """The stream has said its last, whatever the log holds after."""
         return False
 
+    def cut_short(self) -> bytes | None:
+        """The last chunk of a stream that ends before it told the end: its subscription was
+        cut off, or the server is stopping (None: nothing; a client of the job's own events
+        resumes from its cursor by itself)."""
+        return None
+
     # --- the response ---
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -78,6 +87,7 @@ class TailStream(Response):
             heartbeat_s=self._app.settings.sse_heartbeat_s,
             stop=self._stop,
             send_timeout_s=self._send_timeout_s,
+            headers=self.stream_headers,
         )
         try:
             await self._app.serve_stream(response, scope, receive, send)
@@ -111,7 +121,11 @@ class TailStream(Response):
             self._ended = self.told_the_end() or tail.finished(batch)
             if chunk:
                 return chunk
-        self._ended = True
+        if not self._ended:
+            self._ended = True
+            last = self.cut_short()
+            if last:
+                return last
         raise StopAsyncIteration
 
     async def aclose(self) -> None:

@@ -83,6 +83,18 @@ class ServerSettings:
         "must be shorter).",
         minimum=1,
     )
+    chat_job: str = setting(
+        "JOBSTREAM_CHAT_JOB",
+        "llm",
+        "The job POST /api/chat creates when its body names none: the built-in `llm`, or a job "
+        "of JOBSTREAM_APP's whose input takes `messages` (docs/chat.md).",
+    )
+    chat_page_dir: str = setting(
+        "JOBSTREAM_CHAT_PAGE_DIR",
+        "",
+        "A folder served at /chat/ (index.html and its assets): the chat example, which "
+        "`make run` builds (`make chat`) and names here. Empty: /chat/ is a 404.",
+    )
     require_idempotency_key: bool = setting(
         "JOBSTREAM_REQUIRE_IDEMPOTENCY_KEY", False, "Reject job creation without Idempotency-Key."
     )
