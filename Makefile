@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention browser fuzz chaos
+.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention browser chat fuzz chaos
 
 ## Installs with uv, itself installed by pip into the venv: from a fresh clone, 22 s against
 ## pip's 63 s here, a fifth of make test's five minutes. pip does it if uv cannot be had.
@@ -21,9 +21,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## Start PostgreSQL (embedded unless DATABASE_URL is set), the server and a worker.
+## Start PostgreSQL (embedded unless DATABASE_URL is set), the server and a worker; the chat
+## example is built first where npm is at hand, and served at /chat/ (make run needs no Node).
 run: $(STAMP)
-	$(BIN)/python -m jobstream.devrun
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory chat || \
+	  echo "[make run] the chat example could not be built: /chat/ is not served"; \
+	else echo "[make run] npm not found: the chat example (/chat/) is not built"; fi
+	JOBSTREAM_CHAT_PAGE_DIR="$${JOBSTREAM_CHAT_PAGE_DIR-$(CURDIR)/$(CHAT_PAGE)}" $(BIN)/python -m jobstream.devrun
 
 ## Debian's Chromium for the browser tests (tests/e2e); Playwright drives it, nothing downloaded.
 CHROMIUM := /usr/bin/chromium
@@ -39,12 +43,37 @@ browser:
 ##   run one after another (a minute's tail).
 ## - The type check runs beside the suite: the suite waits on processes and keeps about one of
 ##   two cores busy, and mypy's 30 s fit in the other.
-test: $(STAMP) browser lint
+test: $(STAMP) browser chat lint
 	$(BIN)/python -m compileall -q -j 0 jobstream bench tests/support
 	@$(BIN)/mypy > .mypy.out 2>&1 & types=$$!; \
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder; suite=$$?; \
 	wait $$types; typed=$$?; cat .mypy.out; rm -f .mypy.out; \
 	test $$suite -eq 0 && test $$typed -eq 0
+
+## The chat example (examples/chat/) and the Node side of its tests: the Vercel AI SDK, React and
+## esbuild at the exact versions of examples/chat/package-lock.json, installed by `npm ci` into
+## .cache/chat-node/ (again only when the lockfile changes; nothing is fetched at run time), and
+## the page bundled into .cache/chat-node/page/, which `make run` serves at /chat/.
+CHAT_NODE := .cache/chat-node
+CHAT_DEPS := $(CHAT_NODE)/.installed-stamp
+CHAT_PAGE := $(CHAT_NODE)/page
+CHAT_SRC  := $(wildcard examples/chat/*.jsx examples/chat/*.html examples/chat/*.css)
+
+$(CHAT_DEPS): examples/chat/package.json examples/chat/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "make chat: needs Node 20 and npm"; exit 1; }
+	mkdir -p $(CHAT_NODE)
+	cp examples/chat/package.json examples/chat/package-lock.json $(CHAT_NODE)/
+	cd $(CHAT_NODE) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(CHAT_PAGE)/app.js: $(CHAT_DEPS) $(CHAT_SRC)
+	mkdir -p $(CHAT_PAGE)
+	NODE_PATH=$(CHAT_NODE)/node_modules $(CHAT_NODE)/node_modules/.bin/esbuild \
+	  examples/chat/app.jsx --bundle --minify --format=esm --jsx=automatic --log-level=warning \
+	  --define:process.env.NODE_ENV='"production"' --outfile=$@
+	cp examples/chat/index.html examples/chat/chat.css $(CHAT_PAGE)/
+
+chat: $(CHAT_PAGE)/app.js
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -59,7 +88,7 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration
 
-e2e: $(STAMP) browser
+e2e: $(STAMP) browser chat
 	$(BIN)/python -m pytest tests/e2e
 
 ## Schemathesis at length against a live server and worker: 12,000+ cases, 6 to 14 minutes
@@ -90,4 +119,4 @@ bench-queue: $(STAMP)
 	$(BIN)/python -m bench.queue_side_by_side $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .cache
