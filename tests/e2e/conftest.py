@@ -95,6 +95,15 @@ class Stack:
             interval_s=0.05,
         )
 
+    async def kill_worker(self) -> None:
+        """SIGKILL, as in a crash: its attempts' leases run out, and another worker reaps them."""
+        assert self.worker is not None
+        self.worker.kill()
+        await self.worker.wait_async(10)
+
+    def start_worker(self, name: str) -> None:
+        self.worker = self._group.spawn("worker", self.env, name=name)
+
     async def kill_server(self) -> None:
         """SIGKILL, as in a crash: open streams are cut with no goodbye."""
         assert self.server is not None
