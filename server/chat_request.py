@@ -21,7 +21,8 @@ from jobstream.server.validation import MAX_MESSAGES
 CHAT_FIELDS = frozenset({"id", "messages", "trigger", "messageId"})
 TRIGGERS = ("submit-message", "regenerate-message")
 UI_ROLES = ("system", "user", "assistant")
-MAX_CHAT_ID_CHARS = 1000
+# useChat's ids are 16 characters; the job's metadata holds the id (4 KB at most, any script).
+MAX_CHAT_ID_CHARS = 256
 # Parts that carry nothing a text job can read, and no meaning lost without it: the steps, the
 # reasoning and the data parts a stream added (this server's progress among them), sources.
 IGNORED_PARTS = ("step-start", "reasoning", "source-url", "source-document")

@@ -12,7 +12,7 @@ from typing import Any
 import schemathesis
 from starlette.routing import Mount, Route
 
-from jobstream.server import batch_api, events_api, validation
+from jobstream.server import batch_api, chat_request, events_api, validation
 from jobstream.server.app import create_app
 from jobstream.server.openapi import DOCUMENT
 from jobstream.settings import Settings
@@ -118,3 +118,8 @@ def test_the_limits_it_restates_are_the_codes() -> None:
         if p.get("name") == "wait"
     ]
     assert wait["schema"]["maximum"] == events_api.MAX_WAIT_S
+    chat = schemas["ChatCreate"]["properties"]
+    assert chat["id"]["maxLength"] == chat_request.MAX_CHAT_ID_CHARS
+    assert chat["messages"]["maxItems"] == validation.MAX_MESSAGES
+    assert chat["trigger"]["enum"] == list(chat_request.TRIGGERS)
+    assert schemas["UIMessage"]["properties"]["role"]["enum"] == list(chat_request.UI_ROLES)
