@@ -5,6 +5,9 @@
 // - A `data-resume` part before an error means the stream was cut at a retry (or a server stop)
 //   and the message is not the answer yet: the page reconnects (resumeStream), and the replay
 //   replaces the message with the accepted attempt's text.
+// - An answer left incomplete with nothing to resume (a reload just after its job ended: the
+//   reconnect is a 204) is filled in from its job, GET /api/jobs/{id}: the message's id is the
+//   job's.
 // The chat's id is in the URL (?chat=...), its messages in localStorage, so that a reload finds
 // both; ?body={...} is JSON added to every request (job options: {"simulate": {...}}).
 import { useChat } from '@ai-sdk/react';
@@ -48,6 +51,22 @@ function load(id) {
   }
 }
 
+const ENDED = ['succeeded', 'failed', 'dead', 'cancelled'];
+
+// The message of an answer whose job ended, as its stream would have ended it.
+function filledIn(message, job) {
+  const metadata = { ...message.metadata, jobId: job.id, status: job.status, attempts: job.attempts };
+  const usage = job.result?.usage;
+  if (usage) {
+    const total = usage.input_tokens + usage.output_tokens;
+    metadata.usage = { inputTokens: usage.input_tokens, outputTokens: usage.output_tokens, totalTokens: total };
+    metadata.costUsd = usage.cost;
+  }
+  if (job.status !== 'succeeded') return { ...message, metadata };
+  const parts = message.parts.filter(part => part.type !== 'text');
+  return { ...message, metadata, parts: [...parts, { type: 'text', text: job.result.text, state: 'done' }] };
+}
+
 function textOf(message) {
   return message.parts.filter(part => part.type === 'text').map(part => part.text).join('');
 }
@@ -82,7 +101,7 @@ function Chat({ chat }) {
     () => new DefaultChatTransport({ api: '/api/chat', headers: HEADERS, body: chat.options }),
     [chat],
   );
-  const { messages, sendMessage, status, error, stop, resumeStream } = useChat({
+  const { messages, setMessages, sendMessage, status, error, stop, resumeStream } = useChat({
     id: chat.id,
     messages: load(chat.id),
     resume: true,
@@ -103,6 +122,29 @@ function Chat({ chat }) {
       resumeStream();
     }
   }, [status, resumeStream]);
+
+  useEffect(() => {
+    // Idle with an incomplete answer: nothing streams it, so ask its job until it has ended.
+    const last = messages.findLast(message => message.role === 'assistant');
+    if (status !== 'ready' || !last || last.metadata?.status) return undefined;
+    let stopped = false;
+    (async () => {
+      while (!stopped) {
+        const answer = await fetch(`/api/jobs/${encodeURIComponent(last.id)}`, { headers: HEADERS });
+        if (!answer.ok) return; // not a job of ours (or gone): leave the message as it is
+        const job = await answer.json();
+        if (stopped) return;
+        if (ENDED.includes(job.status)) {
+          setMessages(all => all.map(message => (message.id === last.id ? filledIn(message, job) : message)));
+          return;
+        }
+        await new Promise(resolve => setTimeout(resolve, 1000));
+      }
+    })();
+    return () => {
+      stopped = true;
+    };
+  }, [status, messages, setMessages]);
 
   const busy = status === 'submitted' || status === 'streaming';
 

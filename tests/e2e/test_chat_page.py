@@ -22,9 +22,15 @@ from tests.support.processes import processes
 
 pytestmark = pytest.mark.e2e
 
-# Three seconds of answer: a reload, or a worker's death, lands in the middle of it.
+# Three seconds of answer: a worker's death lands in the middle of it.
 PACED = {"tokens": 60, "tokens_per_second": 20, "first_token_delay_s": 0}
+# Six: a reload of the page (its bundle parsed again) is over long before the answer, even on a
+# busy machine.
+LONG = {**PACED, "tokens": 120}
 ENDED = ("succeeded", "failed", "dead", "cancelled")
+# How long the page may take to show what it is waited for, on a busy machine: an answer's end
+# after a reload or a worker's death, the page's start (expect's own is 5 s).
+END_MS = 30_000
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +73,9 @@ async def open_chat(page: Page, simulate: dict[str, Any]) -> str:
     chat = f"chat-{uuid.uuid4().hex[:8]}"
     body = quote(json.dumps({"simulate": simulate}))
     await page.goto(f"/chat/?chat={chat}&body={body}")
-    await expect(page.get_by_test_id("status")).to_have_attribute("data-status", "ready")
+    await expect(page.get_by_test_id("status")).to_have_attribute(
+        "data-status", "ready", timeout=END_MS
+    )
     return chat
 
 
@@ -76,7 +84,7 @@ async def ask(page: Page, text: str) -> Locator:
     await page.get_by_test_id("prompt").fill(text)
     await page.get_by_test_id("send").click()
     answer = page.locator("[data-testid=message][data-role=assistant]")
-    await expect(answer.get_by_test_id("text")).not_to_have_text("")
+    await expect(answer.get_by_test_id("text")).not_to_have_text("", timeout=END_MS)
     return answer
 
 
@@ -93,18 +101,20 @@ async def ended(stack: Stack, job_id: str) -> dict[str, Any]:
 
 
 async def test_a_reload_mid_answer_resumes_to_the_exact_text(page: Page, chat_stack: Stack) -> None:
-    await open_chat(page, PACED)
+    await open_chat(page, LONG)
     answer = await ask(page, "Explain leases")
     job_id = await answer.get_attribute("data-id")
     assert job_id is not None
     assert (await job(chat_stack, job_id))["status"] == "running"
     await page.reload()
     # The messages came back from localStorage; useChat resumed the answer from its start.
-    await expect(page.locator("[data-testid=message][data-role=user]")).to_have_text(
-        ["userExplain leases"]
+    asked = page.locator("[data-testid=message][data-role=user] [data-testid=text]")
+    await expect(asked).to_have_text(["Explain leases"], timeout=END_MS)
+    await expect(page.get_by_test_id("status")).to_have_attribute(
+        "data-status", "streaming", timeout=END_MS
     )
     answer = page.locator(f"[data-testid=message][data-id='{job_id}']")
-    await expect(answer.get_by_test_id("meta")).to_contain_text("succeeded")
+    await expect(answer.get_by_test_id("meta")).to_contain_text("succeeded", timeout=END_MS)
     done = await ended(chat_stack, job_id)
     await expect(answer.get_by_test_id("text")).to_have_text(done["result"]["text"])
     await expect(page.locator("[data-testid=message][data-role=assistant]")).to_have_count(1)
@@ -122,9 +132,9 @@ async def test_a_worker_killed_mid_answer_still_ends_with_the_exact_text(
     chat_stack.start_worker(f"worker-{job_id[:8]}")
     # The first attempt's text was cut off at its end: the page reconnects, and the replay
     # holds the second attempt's text alone.
-    await expect(answer.get_by_test_id("meta")).to_contain_text("succeeded", timeout=30_000)
+    await expect(answer.get_by_test_id("meta")).to_contain_text("succeeded", timeout=END_MS)
     done = await ended(chat_stack, job_id)
-    assert done["status"] == "succeeded" and done["attempts"] == 2
+    assert done["status"] == "succeeded" and done["attempts"] >= 2  # more, if a lease lapsed
     await expect(answer.get_by_test_id("text")).to_have_text(done["result"]["text"])
     await expect(page.locator("[data-testid=message][data-role=assistant]")).to_have_count(1)
     await expect(page.get_by_test_id("error")).to_have_count(0)
@@ -136,5 +146,7 @@ async def test_stop_cancels_the_job(page: Page, chat_stack: Stack) -> None:
     job_id = await answer.get_attribute("data-id")
     assert job_id is not None
     await page.get_by_test_id("stop").click()
-    await expect(page.get_by_test_id("send")).to_be_visible()
+    await expect(page.get_by_test_id("send")).to_be_visible(timeout=END_MS)
     assert (await ended(chat_stack, job_id))["status"] == "cancelled"
+    # The page hung up: it hears of the cancel from the job itself.
+    await expect(answer.get_by_test_id("meta")).to_contain_text("cancelled", timeout=END_MS)
