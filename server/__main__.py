@@ -10,7 +10,7 @@ import uvicorn
 
 from jobstream import heap, logs
 from jobstream.loading import AppNotFound, load_app
-from jobstream.server import connections, listeners
+from jobstream.server import chat_request, connections, listeners
 from jobstream.server.app import create_app
 from jobstream.server.shutdown import DrainingServer
 from jobstream.settings import Settings
@@ -25,6 +25,10 @@ def main() -> int:
         jobs = load_app(settings.app)
     except AppNotFound as exc:
         print(f"jobstream server: {exc}", file=sys.stderr)
+        return 2
+    chat_job = chat_request.chat_job_problem(settings.chat_job, jobs.jobs)
+    if chat_job is not None:
+        print(f"jobstream server: {chat_job}", file=sys.stderr)
         return 2
     open_files = connections.raise_open_file_limit()
     max_connections = connections.connection_limit(settings.max_connections, open_files)

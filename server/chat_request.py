@@ -10,6 +10,7 @@ as on /api/jobs. docs/chat.md has the whole mapping.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +124,15 @@ def _text(parts: Any, name: str, errors: list[dict[str, str]]) -> str:
             # Files, tool calls: jobstream's jobs take text.
             errors.append({"field": f"{name}[{j}]", "message": f"{kind} parts are not supported"})
     return "".join(texts)
+
+
+def chat_job_problem(chat_job: str, jobs: Collection[str]) -> str | None:
+    """Why JOBSTREAM_CHAT_JOB cannot be the chats' job here (None: it can): said at start, not
+    as a 422 to every chat."""
+    if chat_job == BUILT_IN_JOB or chat_job in jobs:
+        return None
+    known = ", ".join(sorted(jobs)) or "none: JOBSTREAM_APP is unset"
+    return f"JOBSTREAM_CHAT_JOB={chat_job!r} is not a job of JOBSTREAM_APP (its jobs: {known})"
 
 
 def job_field(request: ChatRequest, field: str) -> str:

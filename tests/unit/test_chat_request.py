@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from jobstream import chats
-from jobstream.server.chat_request import ChatRequest, job_field, parse
+from jobstream.server.chat_request import ChatRequest, chat_job_problem, job_field, parse
 from jobstream.server.problems import Problem
 
 
@@ -106,3 +106,13 @@ def test_the_jobs_field_names_are_the_chats() -> None:
     assert job_field(request, "messages") == "messages"
     assert job_field(request, "simulate.tokens") == "simulate.tokens"
     assert job_field(request, "input.topic") == "topic"
+
+
+def test_a_chat_job_that_is_not_the_apps_is_said_at_start() -> None:
+    assert chat_job_problem("llm", []) is None
+    assert chat_job_problem("chat_reply", ["chat_reply", "echo"]) is None
+    assert chat_job_problem("chat_replay", ["chat_reply", "echo"]) == (
+        "JOBSTREAM_CHAT_JOB='chat_replay' is not a job of JOBSTREAM_APP "
+        "(its jobs: chat_reply, echo)"
+    )
+    assert "JOBSTREAM_APP is unset" in str(chat_job_problem("chat_reply", []))
