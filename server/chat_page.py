@@ -11,7 +11,7 @@ from pathlib import Path
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 
-from jobstream.server.problems import Problem, not_found
+from jobstream.server.problems import not_found
 from jobstream.server.state import state
 
 # A file of the folder itself, by a plain name: no path, nothing hidden.
@@ -25,20 +25,17 @@ async def chat_page(request: Request) -> Response:
 async def chat_asset(request: Request) -> Response:
     name: str = request.path_params["name"]
     if not _NAME.fullmatch(name):
-        raise _missing(f"No file {name[:40]!r} in the chat page.")
+        raise not_found(f"No file {name[:40]!r} in the chat page.")
     return _file(request, name)
 
 
 def _file(request: Request, name: str) -> Response:
     folder = state(request).settings.chat_page_dir
     if not folder:
-        raise _missing("The chat example is not served here: `make run` builds and serves it.")
+        raise not_found("The chat example is not served here: `make run` builds and serves it.")
     path = Path(folder) / name
     if not path.is_file():
-        raise _missing(f"No file {name!r} in the chat page ({folder}): build it with `make chat`.")
+        # Not the folder's path: where the server's files are is not the client's business.
+        raise not_found(f"No file {name!r} in the chat page: build it with `make chat`.")
     # Rebuilt by make chat while the server runs: asked again every time, answered 304 as is.
     return FileResponse(path, headers={"Cache-Control": "no-cache"})
-
-
-def _missing(detail: str) -> Problem:
-    return not_found(detail)
