@@ -223,7 +223,8 @@ async def test_a_second_ctrl_c_hands_running_jobs_back_at_once(
         async def status() -> str:
             return str((await http.get(job["poll_url"])).json()["status"])
 
-        await eventually(status, lambda s: s == "running", what="the job runs")
+        # The worker starts once the server answers: seconds, on a busy machine.
+        await eventually(status, lambda s: s == "running", what="the job runs", timeout_s=30)
     run.popen.send_signal(signal.SIGINT)
 
     async def asked_to_wait() -> bool:
