@@ -22,6 +22,7 @@ import structlog
 
 from jobstream.errors import ProviderError
 from jobstream.jobspec import chat
+from jobstream.prices import Price
 from jobstream.settings import Settings
 from jobstream.usage import Usage
 from jobstream.worker.providers import classify
@@ -29,7 +30,6 @@ from jobstream.worker.providers.base import Prompt, ProviderRequest, SendMark, S
 
 log = structlog.get_logger(__name__)
 
-_MILLION: Final = Decimal(1_000_000)
 # An error body is read only for its message; a misbehaving server must not make us buffer more.
 _ERROR_BODY_LIMIT: Final = 4096
 _DETAIL_LIMIT: Final = 300
@@ -102,8 +102,7 @@ class OpenAIProvider:
             write=settings.openai_idle_timeout_s,
             pool=settings.openai_connect_timeout_s,
         )
-        self._input_price = Decimal(str(settings.openai_input_usd_per_mtok))
-        self._output_price = Decimal(str(settings.openai_output_usd_per_mtok))
+        self._prices = settings.prices
         self._owns_client = client is None
         # Made at the first request, not here: the server builds this provider to price jobs
         # and never sends one, and an httpx client costs 50-90 ms of CPU to make (its TLS
@@ -133,11 +132,14 @@ class OpenAIProvider:
     ) -> None:
         await self.aclose()
 
-    def cost(self, input_tokens: int, output_tokens: int) -> Decimal:
-        return (input_tokens * self._input_price + output_tokens * self._output_price) / _MILLION
+    def price(self, request: Prompt) -> Price:
+        return self._prices.price_of(self.name, request.model or self._model)
+
+    def cost(self, request: Prompt, input_tokens: int, output_tokens: int) -> Decimal:
+        return self.price(request).cost(input_tokens, output_tokens)
 
     def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
-        return self.cost(_input_tokens(request), output_tokens)
+        return self.cost(request, _input_tokens(request), output_tokens)
 
     async def stream(self, request: ProviderRequest) -> AsyncGenerator[StreamItem, None]:
         model = request.model or self._model
@@ -261,11 +263,15 @@ class OpenAIProvider:
     ) -> Usage:
         if reported is not None:
             input_tokens, output_tokens = reported
-            return Usage(input_tokens, output_tokens, self.cost(input_tokens, output_tokens), True)
+            cost = self.cost(request, input_tokens, output_tokens)
+            return Usage(input_tokens, output_tokens, cost, True)
         # The server sent no usage chunk (include_usage unsupported): our estimate, flagged.
         input_tokens, output_tokens = _input_tokens(request), estimate_tokens(text)
         return Usage(
-            input_tokens, output_tokens, self.cost(input_tokens, output_tokens), cost_known=False
+            input_tokens,
+            output_tokens,
+            self.cost(request, input_tokens, output_tokens),
+            cost_known=False,
         )
 
     def _headers(self) -> dict[str, str]:
