@@ -39,6 +39,23 @@ async def test_streams_text_and_usage_equal_to_what_the_server_billed(
     assert last(stats) == "completed"
 
 
+async def test_cached_prompt_tokens_are_counted_and_priced_at_the_cache_read_price(
+    fake: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    fake.push(Reply(cached_tokens=3))
+    req = request(model="gpt-4o-mini-2024-07-18", max_tokens=6)
+    _, usage = await collect(provider, req)
+
+    price = prices.load().price_of("openai", "gpt-4o-mini")
+    assert price.cache_read < price.input  # else the test could not tell them apart
+    billed = prompt_tokens(PROMPT)
+    assert (usage.input_tokens, usage.cache_read_tokens) == (billed, 3)
+    assert (
+        usage.cost_usd
+        == ((billed - 3) * price.input + 3 * price.cache_read + 6 * price.output) / 1_000_000
+    )
+
+
 async def test_sends_bearer_key_default_model_and_asks_for_usage(
     fake: FakeOpenAI, provider: OpenAIProvider
 ) -> None:
