@@ -101,6 +101,14 @@ async def test_an_installed_wheel_migrates_serves_and_runs_the_users_jobs(
     # Not editable and not the checkout: the package comes from the virtualenv.
     where = _run(python, "-c", "import jobstream; print(jobstream.__file__)", cwd=app_dir)
     assert where.startswith(str(installed.parent)), where
+    # The price catalogue is package data: every process prices with it from its start.
+    priced = _run(
+        python,
+        "-c",
+        "from jobstream import prices; print(prices.load().price_of('openai', 'gpt-4o').source)",
+        cwd=app_dir,
+    )
+    assert priced.strip() == "catalogue", priced
     database_url = await create_empty_database(admin_url)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

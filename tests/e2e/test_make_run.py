@@ -282,8 +282,8 @@ async def test_a_misspelled_setting_is_one_line_and_an_unknown_name_a_warning(
     runs.append(run)
     assert await run.exited() == 2
     assert run.output().splitlines() == [
-        "[make run] JOBSTREAM_DEFAULT_PROVIDER='opeanai': must be one of simulated, openai, anthropic; "
-        "did you mean 'openai'?",
+        "[make run] JOBSTREAM_DEFAULT_PROVIDER='opeanai': must be one of simulated, openai, "
+        "anthropic; did you mean 'openai'?",
     ]
     del env["JOBSTREAM_DEFAULT_PROVIDER"]
     run = Run(tmp_path, env)

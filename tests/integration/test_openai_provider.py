@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from decimal import Decimal
 
 import pytest
 import structlog
 
+from jobstream import prices
 from jobstream.settings import Settings
 from jobstream.worker.providers.base import ProviderRequest, TextDelta
 from jobstream.worker.providers.openai import OpenAIProvider, estimate_tokens
@@ -32,9 +32,28 @@ async def test_streams_text_and_usage_equal_to_what_the_server_billed(
         stats.billed_completion_tokens,
     )
     assert (usage.input_tokens, usage.output_tokens) == (prompt_tokens(PROMPT), 6)
-    assert usage.cost_usd == Decimal("2.5") * 4 / 1_000_000 + Decimal(10) * 6 / 1_000_000
+    # The settings' model is none the catalogue knows: OpenAI's default price.
+    default = prices.load().default("openai")
+    assert usage.cost_usd == default.input * 4 / 1_000_000 + default.output * 6 / 1_000_000
     assert usage.cost_known
     assert last(stats) == "completed"
+
+
+async def test_cached_prompt_tokens_are_counted_and_priced_at_the_cache_read_price(
+    fake: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    fake.push(Reply(cached_tokens=3))
+    req = request(model="gpt-4o-mini-2024-07-18", max_tokens=6)
+    _, usage = await collect(provider, req)
+
+    price = prices.load().price_of("openai", "gpt-4o-mini")
+    assert price.cache_read < price.input  # else the test could not tell them apart
+    billed = prompt_tokens(PROMPT)
+    assert (usage.input_tokens, usage.cache_read_tokens) == (billed, 3)
+    assert (
+        usage.cost_usd
+        == ((billed - 3) * price.input + 3 * price.cache_read + 6 * price.output) / 1_000_000
+    )
 
 
 async def test_sends_bearer_key_default_model_and_asks_for_usage(
@@ -87,13 +106,14 @@ async def test_without_a_usage_chunk_usage_is_estimated_and_flagged(
     fake: FakeOpenAI, provider: OpenAIProvider
 ) -> None:
     fake.push(Reply(usage=False))
-    text, usage = await collect(provider, request(max_tokens=5))
+    req = request(max_tokens=5)
+    text, usage = await collect(provider, req)
 
     assert text == expected_text(PROMPT, 5)
     assert not usage.cost_known
     assert usage.input_tokens == estimate_tokens(PROMPT)
     assert usage.output_tokens == estimate_tokens(text)
-    assert usage.cost_usd == provider.cost(usage.input_tokens, usage.output_tokens)
+    assert usage.cost_usd == provider.cost(req, usage.input_tokens, usage.output_tokens)
     assert not fake.stats().records[-1].usage_reported
 
 

@@ -27,6 +27,7 @@ import structlog
 
 from jobstream.errors import ProviderError
 from jobstream.jobspec import Message, chat
+from jobstream.prices import Price
 from jobstream.settings import Settings
 from jobstream.usage import Usage
 from jobstream.worker.providers import classify
@@ -34,14 +35,7 @@ from jobstream.worker.providers.base import Prompt, ProviderRequest, SendMark, S
 
 log = structlog.get_logger(__name__)
 
-_MILLION: Final = Decimal(1_000_000)
 _DETAIL_LIMIT: Final = 300
-# Prompt caching's prices, as multiples of the model's input price: a 5-minute cache write
-# costs 1.25x, a cache read 0.1x (https://docs.claude.com/en/docs/build-with-claude/prompt-caching
-# #pricing). The input and output prices themselves are settings (JOBSTREAM_ANTHROPIC_*_USD_PER_
-# MTOK, defaults Claude Haiku 4.5's list prices).
-CACHE_WRITE_MULTIPLIER: Final = Decimal("1.25")
-CACHE_READ_MULTIPLIER: Final = Decimal("0.1")
 # Stop reasons in the vocabulary of Finish (worker/providers/base.py); any other is a `stop`.
 _FINISH: Final = {
     "max_tokens": "length",
@@ -123,8 +117,8 @@ class AnthropicProvider:
         self._connect_timeout_s = settings.anthropic_connect_timeout_s
         self._first_token_timeout_s = settings.anthropic_first_token_timeout_s
         self._idle_timeout_s = settings.anthropic_idle_timeout_s
-        self._input_price = Decimal(str(settings.anthropic_input_usd_per_mtok))
-        self._output_price = Decimal(str(settings.anthropic_output_usd_per_mtok))
+        # Cache reads and writes have prices of their own (the catalogue's [anthropic] section).
+        self._prices = settings.prices
         # Made at the first request: the server builds this provider only to price jobs.
         self._client: anthropic.AsyncAnthropic | None = None
 
@@ -165,17 +159,23 @@ class AnthropicProvider:
     ) -> None:
         await self.aclose()
 
+    def price(self, request: Prompt) -> Price:
+        return self._prices.price_of(self.name, request.model or self._model)
+
     def cost(
-        self, input_tokens: int, output_tokens: int, cache_write: int = 0, cache_read: int = 0
+        self,
+        request: Prompt,
+        input_tokens: int,
+        output_tokens: int,
+        cache_write: int = 0,
+        cache_read: int = 0,
     ) -> Decimal:
         """The price of a call: `input_tokens` uncached, the cache's tokens priced apart."""
-        input_usd = self._input_price * (
-            input_tokens + cache_write * CACHE_WRITE_MULTIPLIER + cache_read * CACHE_READ_MULTIPLIER
-        )
-        return (input_usd + output_tokens * self._output_price) / _MILLION
+        price = self.price(request)
+        return price.cost(input_tokens, output_tokens, cache_read, cache_write)
 
     def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
-        return self.cost(_input_tokens(request), output_tokens)
+        return self.cost(request, _input_tokens(request), output_tokens)
 
     def _params(self, request: ProviderRequest) -> dict[str, Any]:
         system, messages = _split_system(request.chat())
@@ -290,7 +290,7 @@ class AnthropicProvider:
         yield Usage(
             counts.input + counts.cache_write + counts.cache_read,
             counts.output,
-            self.cost(counts.input, counts.output, counts.cache_write, counts.cache_read),
+            self.cost(request, counts.input, counts.output, counts.cache_write, counts.cache_read),
             True,
             cache_read_tokens=counts.cache_read,
             cache_write_tokens=counts.cache_write,

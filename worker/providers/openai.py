@@ -22,6 +22,7 @@ import structlog
 
 from jobstream.errors import ProviderError
 from jobstream.jobspec import chat
+from jobstream.prices import Price
 from jobstream.settings import Settings
 from jobstream.usage import Usage
 from jobstream.worker.providers import classify
@@ -29,7 +30,6 @@ from jobstream.worker.providers.base import Prompt, ProviderRequest, SendMark, S
 
 log = structlog.get_logger(__name__)
 
-_MILLION: Final = Decimal(1_000_000)
 # An error body is read only for its message; a misbehaving server must not make us buffer more.
 _ERROR_BODY_LIMIT: Final = 4096
 _DETAIL_LIMIT: Final = 300
@@ -102,8 +102,7 @@ class OpenAIProvider:
             write=settings.openai_idle_timeout_s,
             pool=settings.openai_connect_timeout_s,
         )
-        self._input_price = Decimal(str(settings.openai_input_usd_per_mtok))
-        self._output_price = Decimal(str(settings.openai_output_usd_per_mtok))
+        self._prices = settings.prices
         self._owns_client = client is None
         # Made at the first request, not here: the server builds this provider to price jobs
         # and never sends one, and an httpx client costs 50-90 ms of CPU to make (its TLS
@@ -133,11 +132,20 @@ class OpenAIProvider:
     ) -> None:
         await self.aclose()
 
-    def cost(self, input_tokens: int, output_tokens: int) -> Decimal:
-        return (input_tokens * self._input_price + output_tokens * self._output_price) / _MILLION
+    def price(self, request: Prompt) -> Price:
+        return self._prices.price_of(self.name, request.model or self._model)
+
+    def cost(
+        self, request: Prompt, input_tokens: int, output_tokens: int, cached_tokens: int = 0
+    ) -> Decimal:
+        """The price of a call. `input_tokens` is OpenAI's prompt_tokens, which counts the
+        cached ones too: those are priced at the model's cached-input price."""
+        return self.price(request).cost(
+            input_tokens - cached_tokens, output_tokens, cache_read_tokens=cached_tokens
+        )
 
     def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
-        return self.cost(_input_tokens(request), output_tokens)
+        return self.cost(request, _input_tokens(request), output_tokens)
 
     async def stream(self, request: ProviderRequest) -> AsyncGenerator[StreamItem, None]:
         model = request.model or self._model
@@ -199,7 +207,7 @@ class OpenAIProvider:
         decoder = _SseDecoder()
         text_parts: list[str] = []
         refusal: list[str] = []
-        usage: tuple[int, int] | None = None
+        usage: tuple[int, int, int] | None = None
         finished = False
         got_text = False
         try:
@@ -257,15 +265,19 @@ class OpenAIProvider:
             raise self._failed(classify.from_error_object(exc.payload)) from None
 
     def _usage(
-        self, request: ProviderRequest, reported: tuple[int, int] | None, text: str
+        self, request: ProviderRequest, reported: tuple[int, int, int] | None, text: str
     ) -> Usage:
         if reported is not None:
-            input_tokens, output_tokens = reported
-            return Usage(input_tokens, output_tokens, self.cost(input_tokens, output_tokens), True)
+            input_tokens, output_tokens, cached = reported
+            cost = self.cost(request, input_tokens, output_tokens, cached)
+            return Usage(input_tokens, output_tokens, cost, True, cache_read_tokens=cached)
         # The server sent no usage chunk (include_usage unsupported): our estimate, flagged.
         input_tokens, output_tokens = _input_tokens(request), estimate_tokens(text)
         return Usage(
-            input_tokens, output_tokens, self.cost(input_tokens, output_tokens), cost_known=False
+            input_tokens,
+            output_tokens,
+            self.cost(request, input_tokens, output_tokens),
+            cost_known=False,
         )
 
     def _headers(self) -> dict[str, str]:
@@ -338,7 +350,7 @@ class _Chunk:
     """What one `chat.completion.chunk` tells us; only choice 0 is read (we ask for n=1)."""
 
     text: str
-    usage: tuple[int, int] | None  # (prompt_tokens, completion_tokens)
+    usage: tuple[int, int, int] | None  # (prompt_tokens, completion_tokens, cached of prompt)
     finish_reason: str | None
     refusal: str = ""  # structured output's refusal text, instead of content
 
@@ -386,7 +398,7 @@ def _response_format(request: ProviderRequest) -> dict[str, Any]:
     return {"response_format": {"type": "json_schema", "json_schema": request.json_schema}}
 
 
-def _usage_counts(usage: object) -> tuple[int, int] | None:
+def _usage_counts(usage: object) -> tuple[int, int, int] | None:
     if usage is None:
         return None  # every chunk but the last says "usage": null
     if not isinstance(usage, dict):
@@ -395,7 +407,13 @@ def _usage_counts(usage: object) -> tuple[int, int] | None:
     if not (_is_count(prompt) and _is_count(completion)):
         raise _MalformedChunk("usage token counts are not counts")
     assert isinstance(prompt, int) and isinstance(completion, int)
-    return prompt, completion
+    # Cached prompt tokens, where the server reports them (OpenAI does; many others do not):
+    # priced at the cache-read price. Optional, so anything but a count is none.
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if not (isinstance(cached, int) and _is_count(cached)):
+        cached = 0
+    return prompt, completion, min(cached, prompt)
 
 
 def _is_count(value: object) -> bool:
