@@ -41,7 +41,7 @@ async def test_streams_text_and_usage_equal_to_what_the_server_billed(
 
 
 async def test_the_official_sdk_parses_the_fakes_stream(fake: FakeOpenAI) -> None:
-    """The provider reads the stream's raw SSE bytes (the SDK's typed chunks cost 3.5 times the
+    """The provider reads the stream's raw SSE bytes (the SDK's typed chunks cost 3.7 times the
     CPU a token: docs/architecture.md), so no other provider test runs the SDK's parser. Here it
     parses the fake's streams itself: with strict response validation every chunk is validated
     as a ChatCompletionChunk, and the stream helper accumulates them into the ChatCompletion, so
