@@ -1,22 +1,34 @@
-"""The OpenAI-compatible provider: one streamed `/chat/completions` call per attempt.
+"""The OpenAI-compatible provider: one streamed `/chat/completions` call per attempt, made by
+the official SDK.
 
 Works against OpenAI, vLLM, Ollama, llama.cpp and anything else that speaks the chat
-completions stream (`stream: true`, `stream_options.include_usage`). Every failure leaves as a
-ProviderError from `classify`; the API key never appears in a log line or an error message.
+completions stream (`stream: true`, `stream_options.include_usage`). The SDK builds and sends
+the request (auth, headers, the body) with its own retries off (`max_retries=0`: jobstream
+retries, and records every try as an attempt), and raises an error status as its
+APIStatusError. The stream's body is read here, as raw SSE bytes parsed with orjson, not as the
+SDK's typed ChatCompletionChunk models: at 300 concurrent streams those cost 3.7 times the CPU a
+token, where this path costs what the hand-written httpx client it replaced did
+(docs/architecture.md, "The OpenAI provider on the SDK"; bench/openai_sdk_paths.py).
+tests/integration/test_openai_provider.py holds the fake's stream to what the SDK's own typed
+parser accepts.
+
+Every failure leaves as a ProviderError from `classify`; the API key never appears in a log line
+or an error message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, Iterable
+from contextlib import AsyncExitStack, aclosing
+from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal
 from types import TracebackType
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
-import httpx
+import httpx2
 import orjson
 import structlog
 
@@ -28,11 +40,27 @@ from jobstream.usage import Usage
 from jobstream.worker.providers import classify
 from jobstream.worker.providers.base import Prompt, ProviderRequest, SendMark, StreamItem, TextDelta
 
+if TYPE_CHECKING:
+    # At run time the SDK is imported by the first request (`_sdk`), not with this module: the
+    # server builds this provider only to price jobs, and the import costs 0.4 to 0.8 s of CPU
+    # here, at every start of every server and worker.
+    import openai
+    from openai.types.chat import ChatCompletionMessageParam
+    from openai.types.shared_params import ResponseFormatJSONSchema
+
 log = structlog.get_logger(__name__)
 
 # An error body is read only for its message; a misbehaving server must not make us buffer more.
 _ERROR_BODY_LIMIT: Final = 4096
 _DETAIL_LIMIT: Final = 300
+# What describes the body as it came over the wire, wrong for the decoded bytes we keep of it.
+_WIRE_HEADERS: Final = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+# The SDK will not be made without a key; a server that needs none (Ollama, llama.cpp) is sent
+# no Authorization header at all (see `_headers`), so this never leaves the process.
+_NO_KEY: Final = "unused"
+# The SDK's own pool limits (openai.DEFAULT_CONNECTION_LIMITS): 1,000 connections where httpx's
+# default is 100, since a worker runs many streams at once.
+_LIMITS: Final = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
 
 
 def estimate_tokens(text: str) -> int:
@@ -47,7 +75,7 @@ def _input_tokens(request: Prompt) -> int:
 
 
 class _SendTrace:
-    """httpcore's `trace` extension tells us when the request starts going out: the line
+    """httpcore2's `trace` extension tells us when the request starts going out: the line
     between "safe to retry" and "the provider may be working on it"."""
 
     def __init__(self, mark: SendMark) -> None:
@@ -60,66 +88,156 @@ class _SendTrace:
             self._mark.mark()
 
 
+# The trace of the call the running task is making: the SDK builds the HTTP request itself, so
+# its client adds the extension on the way out.
+_TRACE: ContextVar[_SendTrace | None] = ContextVar("openai_send_trace", default=None)
+
+
+class _TracingClient(httpx2.AsyncClient):
+    """The SDK's HTTP client (an httpx2 client, as its DefaultAsyncHttpxClient, which is not
+    subclassed so that this module need not import the SDK), with our send trace, and an error
+    answer's body read only up to `_ERROR_BODY_LIMIT` bytes within `error_read_s` (the SDK would
+    read all of it, however long it takes) before the SDK turns it into its APIStatusError."""
+
+    def __init__(self, *, error_read_s: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._error_read_s = error_read_s
+
+    async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+        trace = _TRACE.get()
+        if trace is not None:
+            request.extensions["trace"] = trace
+        response = await super().send(request, **kwargs)
+        if response.is_success or not kwargs.get("stream"):
+            return response
+        return await self._bounded(response)
+
+    async def _bounded(self, response: httpx2.Response) -> httpx2.Response:
+        body = bytearray()
+        try:
+            async with asyncio.timeout(self._error_read_s), aclosing(response.aiter_bytes()) as it:
+                async for piece in it:
+                    body += piece
+                    if len(body) >= _ERROR_BODY_LIMIT:
+                        break
+        except (TimeoutError, httpx2.TransportError):
+            pass  # the status alone classifies the failure
+        finally:
+            await response.aclose()
+        return httpx2.Response(
+            response.status_code,
+            headers=[
+                (name, value)
+                for name, value in response.headers.multi_items()
+                if name.lower() not in _WIRE_HEADERS
+            ],
+            content=bytes(body[:_ERROR_BODY_LIMIT]),
+            request=response.request,
+            extensions=response.extensions,
+        )
+
+
 class _SseDecoder:
-    """The `data:` payloads of a server-sent event stream, one per event (lines joined)."""
+    """The `data:` payloads of a server-sent event stream, one per event (lines joined), from
+    the body's bytes as they arrive. A line ends with LF, CRLF or CR; a CRLF may be split
+    between two reads."""
 
     def __init__(self) -> None:
-        self._data: list[str] = []
+        self._data: list[bytes] = []
+        self._partial = b""  # the start of a line whose end has not arrived
+        self._after_cr = False  # the last read ended with CR: a LF opening the next is its end
 
-    def feed(self, line: str) -> str | None:
+    def feed(self, piece: bytes) -> list[bytes]:
+        if self._after_cr and piece.startswith(b"\n"):
+            piece = piece[1:]
+        if not piece:
+            return []
+        self._after_cr = piece.endswith(b"\r")
+        text = self._partial + piece if self._partial else piece
+        if b"\r" in text:
+            text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = text.split(b"\n")
+        self._partial = lines.pop()
+        return [data for line in lines if (data := self._line(line)) is not None]
+
+    def finish(self) -> list[bytes]:
+        """What the body's end completes: its last line, even without an ending, and its event."""
+        found = [] if not self._partial else [self._line(self._partial)]
+        self._partial = b""
+        found.append(self._flush())
+        return [data for data in found if data is not None]
+
+    def _line(self, line: bytes) -> bytes | None:
         if not line:
-            return self.flush()
-        if line.startswith(":"):
+            return self._flush()
+        if line.startswith(b":"):
             return None  # comment: a keep-alive
-        field, _, value = line.partition(":")
-        if field == "data":
-            self._data.append(value.removeprefix(" "))
+        field, _, value = line.partition(b":")
+        if field == b"data":
+            self._data.append(value.removeprefix(b" "))
         return None  # event:, id:, retry: mean nothing to a chat completion
 
-    def flush(self) -> str | None:
+    def _flush(self) -> bytes | None:
         if not self._data:
             return None
-        data = "\n".join(self._data)
+        data = b"\n".join(self._data)
         self._data.clear()
         return data
 
 
 class OpenAIProvider:
-    """`stream()` one chat completion; `aclose()` the HTTP client if the provider made it."""
+    """`stream()` one chat completion; `aclose()` the SDK's client if it was made."""
 
     name = "openai"
 
-    def __init__(self, settings: Settings, *, client: httpx.AsyncClient | None = None) -> None:
-        self._url = settings.openai_base_url.rstrip("/") + "/chat/completions"
+    def __init__(self, settings: Settings) -> None:
+        self._base_url = settings.openai_base_url.rstrip("/")
+        self._url = self._base_url + "/chat/completions"
         self._api_key = settings.openai_api_key
         self._model = settings.openai_model
+        self._connect_timeout_s = settings.openai_connect_timeout_s
         self._first_token_timeout_s = settings.openai_first_token_timeout_s
         self._idle_timeout_s = settings.openai_idle_timeout_s
-        # Reads are timed by us (first token, idle); httpx times connecting and writing.
-        self._timeout = httpx.Timeout(
-            connect=settings.openai_connect_timeout_s,
-            read=None,
-            write=settings.openai_idle_timeout_s,
-            pool=settings.openai_connect_timeout_s,
-        )
         self._prices = settings.prices
-        self._owns_client = client is None
         # Made at the first request, not here: the server builds this provider to price jobs
-        # and never sends one, and an httpx client costs 50-90 ms of CPU to make (its TLS
+        # and never sends one, and an HTTP client costs 50-90 ms of CPU to make (its TLS
         # context loads the system's certificates), at every server start.
-        self._client = client
+        self._client: openai.AsyncOpenAI | None = None
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(url={self._url!r}, model={self._model!r})"
 
-    def _http(self) -> httpx.AsyncClient:
+    def _sdk(self) -> openai.AsyncOpenAI:
+        import openai
+
         if self._client is None:
-            self._client = httpx.AsyncClient()
+            # Reads are timed by us (first token, idle); the SDK times connecting and writing.
+            timeout = httpx2.Timeout(
+                connect=self._connect_timeout_s,
+                read=None,
+                write=self._idle_timeout_s,
+                pool=self._connect_timeout_s,
+            )
+            self._client = openai.AsyncOpenAI(
+                api_key=self._api_key or _NO_KEY,
+                base_url=self._base_url,
+                max_retries=0,  # jobstream retries, and records each try
+                timeout=timeout,
+                # Redirects are not followed (the SDK's client would): a 3xx is a permanent
+                # failure of the configuration, never a POST sent elsewhere.
+                http_client=_TracingClient(
+                    error_read_s=self._idle_timeout_s,
+                    timeout=timeout,
+                    limits=_LIMITS,
+                    follow_redirects=False,
+                ),
+            )
         return self._client
 
     async def aclose(self) -> None:
-        if self._owns_client and self._client is not None:
-            await self._client.aclose()
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
     async def __aenter__(self) -> OpenAIProvider:
         return self
@@ -148,88 +266,87 @@ class OpenAIProvider:
         return self.cost(request, _input_tokens(request), output_tokens)
 
     async def stream(self, request: ProviderRequest) -> AsyncGenerator[StreamItem, None]:
+        import openai  # at the first request: see TYPE_CHECKING above
+
         model = request.model or self._model
         trace = _SendTrace(request.send_mark)
-        http_request = self._http().build_request(
-            "POST",
-            self._url,
-            content=orjson.dumps(
-                {
-                    **request.sampling,
-                    "model": model,
-                    "messages": request.chat(),
-                    "max_tokens": request.max_tokens,
-                    "stream": True,
-                    "stream_options": {"include_usage": True},
-                    **_response_format(request),
-                }
-            ),
-            headers=self._headers(),
-            timeout=self._timeout,
-            extensions={"trace": trace},
-        )
         log.debug("openai.request", url=self._url, model=model, attempt=request.attempt)
         loop = asyncio.get_running_loop()
         # Absolute: neither response headers nor a role-only chunk extend it.
         first_token_deadline = loop.time() + self._first_token_timeout_s
-        try:
-            async with asyncio.timeout_at(first_token_deadline):
-                response = await self._http().send(http_request, stream=True)
-        except TimeoutError:
-            raise self._failed(
-                classify.from_stream_fault("first_token_timeout", request_sent=trace.request_sent)
-            ) from None
-        except httpx.TransportError as exc:
-            raise self._failed(
-                classify.from_transport(exc, request_sent=trace.request_sent)
-            ) from exc
-        # From here on the response is ours to close, however the consumer leaves: exhausted,
-        # failed, cancelled, or `aclose()` of this generator.
-        try:
-            if not response.is_success:
-                detail = await self._error_detail(response)
+        # The response is ours to close from the moment it exists, however the consumer leaves:
+        # exhausted, failed, cancelled, or `aclose()` of this generator.
+        async with AsyncExitStack() as owned:
+            token = _TRACE.set(trace)
+            try:
+                async with asyncio.timeout_at(first_token_deadline):
+                    client = self._sdk()
+                    response = await owned.enter_async_context(
+                        client.chat.completions.with_streaming_response.create(
+                            model=model,
+                            messages=_messages(request),
+                            max_tokens=request.max_tokens,
+                            stream=True,
+                            stream_options={"include_usage": True},
+                            temperature=request.sampling.get("temperature", openai.omit),
+                            top_p=request.sampling.get("top_p", openai.omit),
+                            response_format=_response_format(request),
+                            extra_headers=_headers(self._api_key),
+                        )
+                    )
+            except TimeoutError:
                 raise self._failed(
-                    classify.from_status(response.status_code, response.headers, detail=detail)
-                )
+                    classify.from_stream_fault(
+                        "first_token_timeout", request_sent=trace.request_sent
+                    )
+                ) from None
+            except openai.APIStatusError as exc:
+                raise self._failed(
+                    classify.from_status(
+                        exc.status_code, exc.response.headers, detail=self._error_detail(exc)
+                    )
+                ) from None
+            except openai.APIConnectionError as exc:
+                raise self._failed(_connection_error(exc, trace.request_sent)) from exc
+            finally:
+                _TRACE.reset(token)
             # aclosing: leaving early must close the inner generator now, not at GC time.
-            async with aclosing(self._items(response, request, first_token_deadline)) as items:
+            body = response.http_response
+            async with aclosing(self._items(body, request, first_token_deadline)) as items:
                 async for item in items:
                     yield item
-        finally:
-            await response.aclose()
 
     async def _items(
-        self, response: httpx.Response, request: ProviderRequest, first_token_deadline: float
+        self, response: httpx2.Response, request: ProviderRequest, first_token_deadline: float
     ) -> AsyncGenerator[StreamItem, None]:
         loop = asyncio.get_running_loop()
-        # A generator in fact (httpx types it as an iterator): closed below, not left to the GC.
-        lines = cast(AsyncGenerator[str, None], response.aiter_lines())
+        pieces = response.aiter_bytes()
         decoder = _SseDecoder()
         text_parts: list[str] = []
         refusal: list[str] = []
         usage: tuple[int, int, int] | None = None
         finished = False
+        done = False  # `[DONE]` read, or the body ended
         got_text = False
         try:
-            while True:
+            while not done:
                 deadline = loop.time() + self._idle_timeout_s if got_text else first_token_deadline
                 try:
                     async with asyncio.timeout_at(deadline):
-                        line: str | None = await anext(lines)
+                        piece: bytes | None = await anext(pieces)
                 except StopAsyncIteration:
-                    line = None
+                    piece = None
                 except TimeoutError:
                     fault: classify.StreamFault = (
                         "idle_timeout" if got_text else "first_token_timeout"
                     )
                     raise self._failed(classify.from_stream_fault(fault)) from None
-                except httpx.TransportError as exc:
+                except httpx2.TransportError as exc:
                     raise self._failed(classify.from_transport(exc, request_sent=True)) from exc
-                data = decoder.flush() if line is None else decoder.feed(line)
-                if data == "[DONE]":
-                    finished = True
-                    break
-                if data is not None:
+                for data in decoder.finish() if piece is None else decoder.feed(piece):
+                    if data == b"[DONE]":
+                        finished = done = True
+                        break
                     chunk = self._parse_chunk(data)
                     usage = chunk.usage or usage
                     finished = finished or chunk.finish_reason is not None
@@ -242,10 +359,9 @@ class OpenAIProvider:
                         got_text = True
                         text_parts.append(chunk.text)
                         yield TextDelta(chunk.text)
-                if line is None:
-                    break
+                done = done or piece is None
         finally:
-            await lines.aclose()
+            await pieces.aclose()
         # A server may end the body without `[DONE]`; a finish reason or the usage chunk still
         # proves the answer complete. Without either we cannot tell what was produced.
         if not finished and usage is None:
@@ -254,7 +370,7 @@ class OpenAIProvider:
             request.finish.refusal = "".join(refusal)
         yield self._usage(request, usage, "".join(text_parts))
 
-    def _parse_chunk(self, data: str) -> _Chunk:
+    def _parse_chunk(self, data: bytes) -> _Chunk:
         try:
             return _Chunk.parse(data)
         except _MalformedChunk as exc:
@@ -280,30 +396,15 @@ class OpenAIProvider:
             cost_known=False,
         )
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": "text/event-stream"}
-        if self._api_key:  # local servers (Ollama, llama.cpp) need none
-            headers["authorization"] = f"Bearer {self._api_key}"
-        return headers
-
-    async def _error_detail(self, response: httpx.Response) -> str:
-        """The server's error message, bounded in size and time; never required."""
-        body = bytearray()
+    def _error_detail(self, exc: openai.APIStatusError) -> str:
+        """The server's error message (the SDK parsed the body we bounded); never required."""
         try:
-            async with asyncio.timeout(self._idle_timeout_s):
-                async for piece in response.aiter_bytes():
-                    body += piece
-                    if len(body) >= _ERROR_BODY_LIMIT:
-                        break
-        except (TimeoutError, httpx.TransportError):
-            pass  # the status alone classifies the failure
-        try:
-            parsed = orjson.loads(bytes(body))
-        except orjson.JSONDecodeError:
-            parsed = None
-        message: object = body.decode("utf-8", "replace")
-        if isinstance(parsed, dict):
-            error = parsed.get("error")
+            message: object = exc.response.text
+        except httpx2.ResponseNotRead:
+            message = ""
+        body = exc.body
+        if isinstance(body, dict):
+            error = body.get("error")
             if isinstance(error, dict) and isinstance(error.get("message"), str):
                 message = error["message"]
             elif isinstance(error, str):
@@ -323,6 +424,7 @@ class OpenAIProvider:
             status_code=error.status_code,
             request_sent=error.request_sent,
             refused=error.refused,
+            pause_provider=error.pause_provider,
         )
         log.info(
             "openai.failed",
@@ -333,6 +435,36 @@ class OpenAIProvider:
             error=redacted.message,
         )
         return redacted
+
+
+def _headers(api_key: str) -> dict[str, str | openai.Omit]:
+    """What every request adds to the SDK's headers. The provider's settings are jobstream's
+    alone: the SDK would otherwise send OPENAI_ORG_ID and OPENAI_PROJECT_ID from the worker's
+    environment, which a server may refuse for this key."""
+    import openai
+
+    headers: dict[str, str | openai.Omit] = {
+        "Accept": "text/event-stream",
+        "OpenAI-Organization": openai.omit,
+        "OpenAI-Project": openai.omit,
+    }
+    if not api_key:  # local servers (Ollama, llama.cpp) need none
+        headers["Authorization"] = openai.omit
+    return headers
+
+
+def _connection_error(exc: openai.APIConnectionError, request_sent: bool) -> ProviderError:
+    """A connection that failed before an answer: the send trace decides whether any of the
+    request had left us (a keep-alive connection the server closed fails with a read error
+    before any byte of ours went out)."""
+    cause = exc.__cause__
+    if isinstance(cause, httpx2.TransportError):
+        return classify.from_transport(cause, request_sent=request_sent)
+    described = cause if cause is not None else exc
+    return classify.from_connection(
+        f"{type(described).__name__}: {described}" if str(described) else type(described).__name__,
+        request_sent=request_sent,
+    )
 
 
 class _MalformedChunk(Exception):
@@ -355,7 +487,7 @@ class _Chunk:
     refusal: str = ""  # structured output's refusal text, instead of content
 
     @classmethod
-    def parse(cls, data: str) -> _Chunk:
+    def parse(cls, data: bytes) -> _Chunk:
         try:
             chunk = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -391,11 +523,19 @@ def _first_choice(choices: object) -> tuple[str, str | None, str]:
     return content, finish_reason, refused
 
 
-def _response_format(request: ProviderRequest) -> dict[str, Any]:
+def _response_format(request: ProviderRequest) -> ResponseFormatJSONSchema | openai.Omit:
     """Structured output, where the request asks for it (OpenAI's json_schema format)."""
+    import openai
+
     if request.json_schema is None:
-        return {}
-    return {"response_format": {"type": "json_schema", "json_schema": request.json_schema}}
+        return openai.omit
+    return cast(
+        "ResponseFormatJSONSchema", {"type": "json_schema", "json_schema": request.json_schema}
+    )
+
+
+def _messages(request: ProviderRequest) -> Iterable[ChatCompletionMessageParam]:
+    return cast("list[ChatCompletionMessageParam]", request.chat())
 
 
 def _usage_counts(usage: object) -> tuple[int, int, int] | None:
