@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobstream.worker.providers.openai import _SseDecoder
+from jobstream.worker.providers.sse_bytes import SseDecoder
 
 BODY = (
     b": keep-alive\n\n"
@@ -19,7 +19,7 @@ EVENTS = [b'{"a": 1}', b'{"b":\n2}', b"[DONE]"]
 
 
 def decode(pieces: list[bytes]) -> list[bytes]:
-    decoder = _SseDecoder()
+    decoder = SseDecoder()
     events = [data for piece in pieces for data in decoder.feed(piece)]
     return events + decoder.finish()
 

@@ -22,7 +22,6 @@ import asyncio
 import math
 from collections.abc import AsyncGenerator, Iterable
 from contextlib import AsyncExitStack, aclosing
-from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal
 from types import TracebackType
@@ -38,7 +37,9 @@ from jobstream.prices import Price
 from jobstream.settings import Settings
 from jobstream.usage import Usage
 from jobstream.worker.providers import classify
-from jobstream.worker.providers.base import Prompt, ProviderRequest, SendMark, StreamItem, TextDelta
+from jobstream.worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
+from jobstream.worker.providers.sdk_http import LIMITS, TRACE, SendTrace, TracingClient
+from jobstream.worker.providers.sse_bytes import SseDecoder
 
 if TYPE_CHECKING:
     # At run time the SDK is imported by the first request (`_sdk`), not with this module: the
@@ -50,17 +51,11 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-# An error body is read only for its message; a misbehaving server must not make us buffer more.
-_ERROR_BODY_LIMIT: Final = 4096
+# An error body's message is cut to this for the attempt's row.
 _DETAIL_LIMIT: Final = 300
-# What describes the body as it came over the wire, wrong for the decoded bytes we keep of it.
-_WIRE_HEADERS: Final = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 # The SDK will not be made without a key; a server that needs none (Ollama, llama.cpp) is sent
 # no Authorization header at all (see `_headers`), so this never leaves the process.
 _NO_KEY: Final = "unused"
-# The SDK's own pool limits (openai.DEFAULT_CONNECTION_LIMITS): 1,000 connections where httpx's
-# default is 100, since a worker runs many streams at once.
-_LIMITS: Final = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
 
 
 def estimate_tokens(text: str) -> int:
@@ -72,117 +67,6 @@ def estimate_tokens(text: str) -> int:
 def _input_tokens(request: Prompt) -> int:
     conversation = chat(request.prompt, request.messages, request.instructions)
     return estimate_tokens("".join(message["content"] for message in conversation))
-
-
-class _SendTrace:
-    """httpcore2's `trace` extension tells us when the request starts going out: the line
-    between "safe to retry" and "the provider may be working on it"."""
-
-    def __init__(self, mark: SendMark) -> None:
-        self.request_sent = False
-        self._mark = mark
-
-    async def __call__(self, event: str, info: dict[str, Any]) -> None:
-        if event.endswith("send_request_headers.started"):
-            self.request_sent = True
-            self._mark.mark()
-
-
-# The trace of the call the running task is making: the SDK builds the HTTP request itself, so
-# its client adds the extension on the way out.
-_TRACE: ContextVar[_SendTrace | None] = ContextVar("openai_send_trace", default=None)
-
-
-class _TracingClient(httpx2.AsyncClient):
-    """The SDK's HTTP client (an httpx2 client, as its DefaultAsyncHttpxClient, which is not
-    subclassed so that this module need not import the SDK), with our send trace, and an error
-    answer's body read only up to `_ERROR_BODY_LIMIT` bytes within `error_read_s` (the SDK would
-    read all of it, however long it takes) before the SDK turns it into its APIStatusError."""
-
-    def __init__(self, *, error_read_s: float, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._error_read_s = error_read_s
-
-    async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
-        trace = _TRACE.get()
-        if trace is not None:
-            request.extensions["trace"] = trace
-        response = await super().send(request, **kwargs)
-        if response.is_success or not kwargs.get("stream"):
-            return response
-        return await self._bounded(response)
-
-    async def _bounded(self, response: httpx2.Response) -> httpx2.Response:
-        body = bytearray()
-        try:
-            async with asyncio.timeout(self._error_read_s), aclosing(response.aiter_bytes()) as it:
-                async for piece in it:
-                    body += piece
-                    if len(body) >= _ERROR_BODY_LIMIT:
-                        break
-        except (TimeoutError, httpx2.TransportError):
-            pass  # the status alone classifies the failure
-        finally:
-            await response.aclose()
-        return httpx2.Response(
-            response.status_code,
-            headers=[
-                (name, value)
-                for name, value in response.headers.multi_items()
-                if name.lower() not in _WIRE_HEADERS
-            ],
-            content=bytes(body[:_ERROR_BODY_LIMIT]),
-            request=response.request,
-            extensions=response.extensions,
-        )
-
-
-class _SseDecoder:
-    """The `data:` payloads of a server-sent event stream, one per event (lines joined), from
-    the body's bytes as they arrive. A line ends with LF, CRLF or CR; a CRLF may be split
-    between two reads."""
-
-    def __init__(self) -> None:
-        self._data: list[bytes] = []
-        self._partial = b""  # the start of a line whose end has not arrived
-        self._after_cr = False  # the last read ended with CR: a LF opening the next is its end
-
-    def feed(self, piece: bytes) -> list[bytes]:
-        if self._after_cr and piece.startswith(b"\n"):
-            piece = piece[1:]
-        if not piece:
-            return []
-        self._after_cr = piece.endswith(b"\r")
-        text = self._partial + piece if self._partial else piece
-        if b"\r" in text:
-            text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = text.split(b"\n")
-        self._partial = lines.pop()
-        return [data for line in lines if (data := self._line(line)) is not None]
-
-    def finish(self) -> list[bytes]:
-        """What the body's end completes: its last line, even without an ending, and its event."""
-        found = [] if not self._partial else [self._line(self._partial)]
-        self._partial = b""
-        found.append(self._flush())
-        return [data for data in found if data is not None]
-
-    def _line(self, line: bytes) -> bytes | None:
-        if not line:
-            return self._flush()
-        if line.startswith(b":"):
-            return None  # comment: a keep-alive
-        field, _, value = line.partition(b":")
-        if field == b"data":
-            self._data.append(value.removeprefix(b" "))
-        return None  # event:, id:, retry: mean nothing to a chat completion
-
-    def _flush(self) -> bytes | None:
-        if not self._data:
-            return None
-        data = b"\n".join(self._data)
-        self._data.clear()
-        return data
 
 
 class OpenAIProvider:
@@ -225,10 +109,10 @@ class OpenAIProvider:
                 timeout=timeout,
                 # Redirects are not followed (the SDK's client would): a 3xx is a permanent
                 # failure of the configuration, never a POST sent elsewhere.
-                http_client=_TracingClient(
+                http_client=TracingClient(
                     error_read_s=self._idle_timeout_s,
                     timeout=timeout,
-                    limits=_LIMITS,
+                    limits=LIMITS,
                     follow_redirects=False,
                 ),
             )
@@ -269,7 +153,7 @@ class OpenAIProvider:
         import openai  # at the first request: see TYPE_CHECKING above
 
         model = request.model or self._model
-        trace = _SendTrace(request.send_mark)
+        trace = SendTrace(request.send_mark)
         log.debug("openai.request", url=self._url, model=model, attempt=request.attempt)
         loop = asyncio.get_running_loop()
         # Absolute: neither response headers nor a role-only chunk extend it.
@@ -277,7 +161,7 @@ class OpenAIProvider:
         # The response is ours to close from the moment it exists, however the consumer leaves:
         # exhausted, failed, cancelled, or `aclose()` of this generator.
         async with AsyncExitStack() as owned:
-            token = _TRACE.set(trace)
+            token = TRACE.set(trace)
             try:
                 async with asyncio.timeout_at(first_token_deadline):
                     client = self._sdk()
@@ -309,7 +193,7 @@ class OpenAIProvider:
             except openai.APIConnectionError as exc:
                 raise self._failed(_connection_error(exc, trace.request_sent)) from exc
             finally:
-                _TRACE.reset(token)
+                TRACE.reset(token)
             # aclosing: leaving early must close the inner generator now, not at GC time.
             body = response.http_response
             async with aclosing(self._items(body, request, first_token_deadline)) as items:
@@ -321,7 +205,7 @@ class OpenAIProvider:
     ) -> AsyncGenerator[StreamItem, None]:
         loop = asyncio.get_running_loop()
         pieces = response.aiter_bytes()
-        decoder = _SseDecoder()
+        decoder = SseDecoder()
         text_parts: list[str] = []
         refusal: list[str] = []
         usage: tuple[int, int, int] | None = None
