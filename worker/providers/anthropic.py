@@ -139,6 +139,12 @@ class AnthropicProvider:
             )
         return self._client
 
+    def prepare(self) -> None:
+        """The SDK imported and its client made now, not at the first request (a worker's
+        start: registry.prepare_providers). Without a key no call is made, so nothing is."""
+        if self._api_key:
+            self._sdk()
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.close()

@@ -118,6 +118,11 @@ class OpenAIProvider:
             )
         return self._client
 
+    def prepare(self) -> None:
+        """The SDK imported and its client made now, not at the first request (a worker's
+        start: registry.prepare_providers)."""
+        self._sdk()
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.close()

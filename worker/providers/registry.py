@@ -27,6 +27,16 @@ def build_providers(settings: Settings) -> dict[str, Provider]:
     return providers
 
 
+def prepare_providers(providers: Mapping[str, Provider]) -> None:
+    """Make ready what providers make at their first request (an SDK's import, its client),
+    for those that can: a worker does so before it claims. The server never calls it: it builds
+    providers only to price jobs."""
+    for provider in providers.values():
+        prepare = getattr(provider, "prepare", None)
+        if prepare is not None:
+            prepare()
+
+
 async def close_providers(providers: Mapping[str, Provider]) -> None:
     """Release what providers hold (an HTTP client's connections), for those that hold any."""
     for provider in providers.values():
