@@ -22,7 +22,7 @@ figure, and a token's share of each stream's request is in it; tokens/s a core i
 it implies (1 / CPU a token). The paths are interleaved within each repeat; min / median / max
 over the repeats. Each reader does the provider's per-token work: a deadline around every read,
 SSE decoding, the chunk's checks, two generator layers out to the consumer. Printed, never
-asserted (docs/architecture.md, "The OpenAI provider on the SDK", has the figures).
+asserted (docs/architecture.md, "The providers on their SDKs", has the figures).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ retries, and records every try as an attempt), and raises an error status as its
 APIStatusError. The stream's body is read here, as raw SSE bytes parsed with orjson, not as the
 SDK's typed ChatCompletionChunk models: at 300 concurrent streams those cost 3.7 times the CPU a
 token, where this path costs what the hand-written httpx client it replaced did
-(docs/architecture.md, "The OpenAI provider on the SDK"; bench/openai_sdk_paths.py).
+(docs/architecture.md, "The providers on their SDKs"; bench/openai_sdk_paths.py).
 tests/integration/test_openai_provider.py holds the fake's stream to what the SDK's own typed
 parser accepts.
 
