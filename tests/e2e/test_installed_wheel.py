@@ -145,7 +145,10 @@ async def test_an_installed_wheel_migrates_serves_and_runs_the_users_jobs(
                     return []
                 return [t["name"] for t in answer.json()["jobs"]]
 
-            await eventually(types, lambda names: "greet" in names, what="the server is up")
+            # Generous: an uncompiled install starts in 8 s or more on a busy machine.
+            await eventually(
+                types, lambda names: "greet" in names, what="the server is up", timeout_s=60
+            )
             created = await client.post(
                 "/api/jobs", json={"job": "greet", "input": {"name": "Ada"}}
             )
@@ -156,7 +159,9 @@ async def test_an_installed_wheel_migrates_serves_and_runs_the_users_jobs(
                 answer: dict[str, object] = (await client.get(f"/api/jobs/{job_id}")).json()
                 return answer
 
-            done = await eventually(job, lambda j: j["status"] == "succeeded", what="succeeded")
+            done = await eventually(
+                job, lambda j: j["status"] == "succeeded", what="succeeded", timeout_s=60
+            )
             page = await client.get("/")
             assert page.status_code == 200 and "jobstream" in page.text
         assert done["result"]["text"] == "Hello, Ada! (from the user's worker.py)"  # type: ignore[index]
