@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention browser chat fuzz chaos
+.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-providers browser chat fuzz chaos
 
 ## Installs with uv, itself installed by pip into the venv: from a fresh clone, 22 s against
 ## pip's 63 s here, a fifth of make test's five minutes. pip does it if uv cannot be had.
@@ -106,6 +106,12 @@ chaos: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+## One worker's token throughput on each provider's loopback fake, beside the OpenAI path of an
+## anchor commit (about 3 minutes; also part of `make bench`). BENCH_ARGS: --repeats N (3),
+## --anchor REV (5a6ae60), --profile (where the worker's CPU goes, per token).
+bench-providers: $(STAMP)
+	$(BIN)/python -m bench.bench_providers $(BENCH_ARGS)
 
 ## Retention at scale: a million finished jobs and twenty million events of history (long:
 ## BENCH_ARGS="--jobs 100000" for a smaller run).

@@ -4,7 +4,7 @@
 -- version and then the routines at the end of this file (jobstream/migrations.py,
 -- docs/architecture.md). Change a table in both: a test checks that the migrations lead to
 -- exactly this schema.
--- schema-version: 16
+-- schema-version: 17
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -196,6 +196,11 @@ CREATE TABLE IF NOT EXISTS job_attempts (
     cost_usd       numeric(18, 8),
     -- false when the outcome is unknown: cost_usd is then our estimate, not the provider's bill.
     cost_known     boolean NOT NULL DEFAULT true,
+    -- How cost_usd's price was found (jobstream/prices.py): `catalogue` (the shipped price list),
+    -- `operator` (JOBSTREAM_PRICES_FILE's), `default` (a model neither knows, priced at its
+    -- provider's default: a guess). The least certain of the attempt's calls'; NULL while it
+    -- runs, and when no call was priced.
+    price_source   text CHECK (price_source IN ('catalogue', 'operator', 'default')),
     -- For a cancelled attempt: did the provider confirm that it stopped generating?
     cancel_confirmed boolean,
     -- The traceback of an exception a job's own code raised: for operators, never in a public
@@ -368,7 +373,7 @@ CREATE TYPE claimed_job AS (
     job_name           text
 );
 
-INSERT INTO schema_version (version) VALUES (16) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (17) ON CONFLICT (version) DO NOTHING;
 
 -- routines: every function, aggregate and view. A fresh database runs this file whole; after
 -- migrations, jobstream/migrations.py runs again what follows this line (every statement is

@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 
 from jobstream.jobspec import JobSpec
+from jobstream.prices import PriceSource
 from jobstream.types import AttemptOutcome, JobStatus
 
 
@@ -112,6 +113,7 @@ class AttemptRow:
     output_tokens: int | None
     cost_usd: Decimal | None
     cost_known: bool  # false: the outcome is unknown and cost_usd is our estimate
+    price_source: PriceSource | None  # how cost_usd's price was found (jobstream/prices.py)
     cancel_confirmed: bool | None  # a cancelled attempt: did the provider confirm it stopped?
 
     @classmethod
@@ -119,5 +121,6 @@ class AttemptRow:
         return cls(
             r["attempt"], r["worker_id"], r["started_at"], r["finished_at"], r["outcome"],
             r["error_class"], r["error_detail"], r["provider"], r["model"], r["input_tokens"],
-            r["output_tokens"], r["cost_usd"], r["cost_known"], r["cancel_confirmed"],
+            r["output_tokens"], r["cost_usd"], r["cost_known"], r["price_source"],
+            r["cancel_confirmed"],
         )  # fmt: skip

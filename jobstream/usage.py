@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from jobstream.prices import PriceSource
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -18,6 +20,9 @@ class Usage:
     # (Anthropic prices them apart); shown only when a provider reported some.
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    # How cost_usd's price was found (jobstream/prices.py): the attempt's row records it, so a
+    # cost priced by a provider's default is told apart. None: no call was priced.
+    price_source: PriceSource | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {

@@ -93,6 +93,7 @@ def _attempt(row: AttemptRow) -> dict[str, Any]:
         "output_tokens": row.output_tokens,
         "cost": str(cost) if cost is not None else None,
         "cost_known": row.cost_known,
+        "price_source": row.price_source,
     }
 
 

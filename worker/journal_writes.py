@@ -36,7 +36,7 @@ def journal(
     job_id, run_token, attempt = ids
     return [
         0, job_id, run_token, step, attempt, result, output, usage.input_tokens,
-        usage.output_tokens, str(usage.cost_usd), usage.cost_known,
+        usage.output_tokens, str(usage.cost_usd), usage.cost_known, usage.price_source,
     ]  # fmt: skip
 
 

@@ -9,9 +9,10 @@ when it was refused before any output, or our estimate of what it produced (docs
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
+from jobstream.prices import least_certain
 from jobstream.usage import Usage
 from jobstream.worker.providers.base import Provider, ProviderRequest
 
@@ -34,6 +35,11 @@ class Call:
             cost_known=False,
         )
 
+    def priced(self, usage: Usage) -> Usage:
+        """`usage` with how its price was found: the catalogue's answer for this call's model,
+        which its cost (the provider's, or our estimate) was computed with."""
+        return replace(usage, price_source=self.provider.price(self.request).source)
+
 
 @dataclass
 class Spend:
@@ -51,7 +57,7 @@ class Spend:
     def end(self, call: Call) -> Usage:
         """The call's stream ended whole; what it used."""
         self.open.remove(call)
-        usage = call.usage or call.estimate()
+        usage = call.priced(call.usage or call.estimate())
         self.finished.append(usage)
         return usage
 
@@ -67,11 +73,11 @@ class Spend:
         parts = list(self.finished)
         for call in self.open:
             if call.usage is not None:
-                parts.append(call.usage)
+                parts.append(call.priced(call.usage))
             elif refused_call_billed_nothing and call.deltas == 0:
-                parts.append(_ZERO)
+                parts.append(_ZERO)  # billed nothing: no price was used
             else:
-                parts.append(call.estimate())
+                parts.append(call.priced(call.estimate()))
         if len(parts) == 1:
             return parts[0]
         return Usage(
@@ -81,6 +87,7 @@ class Spend:
             cost_known=all(p.cost_known for p in parts),
             cache_read_tokens=sum(p.cache_read_tokens for p in parts),
             cache_write_tokens=sum(p.cache_write_tokens for p in parts),
+            price_source=least_certain(p.price_source for p in parts),
         )
 
     def committed_usd(self) -> Decimal:

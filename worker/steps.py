@@ -31,6 +31,7 @@ from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from jobstream.claims import Claimed
+from jobstream.prices import least_certain
 from jobstream.sql import queries
 from jobstream.usage import Usage
 from jobstream.worker.inbox import Inbox, LeaseLost
@@ -235,4 +236,5 @@ def _sum(usages: list[Usage]) -> Usage:
         output_tokens=sum(u.output_tokens for u in usages),
         cost_usd=sum((u.cost_usd for u in usages), Decimal(0)),
         cost_known=all(u.cost_known for u in usages),
+        price_source=least_certain(u.price_source for u in usages),
     )

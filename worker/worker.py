@@ -37,7 +37,11 @@ from jobstream.worker.journal_writes import Journals
 from jobstream.worker.lease import Leases
 from jobstream.worker.outcome import AttemptResult
 from jobstream.worker.providers.base import Provider
-from jobstream.worker.providers.registry import build_providers, close_providers
+from jobstream.worker.providers.registry import (
+    build_providers,
+    close_providers,
+    prepare_providers,
+)
 from jobstream.worker.token_writes import TokenWrites
 from jobstream.worker.webhooks import WebhookSender
 from jobstream.workers import WorkerProcess
@@ -140,6 +144,9 @@ class Worker:
 
     async def run(self) -> None:
         with structlog.contextvars.bound_contextvars(worker_id=self.worker_id):
+            # Before any claim: a provider's SDK imported at its first request would stall the
+            # event loop (a second and more of CPU for anthropic's) with other attempts running.
+            prepare_providers(self._providers)
             if self._pool is None:
                 s = self._settings
                 # The database may restart between the start-up's schema check and this.

@@ -37,6 +37,7 @@ class Settings(ProviderSettings, WorkerSettings, ServerSettings, ProcessSettings
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         env = os.environ if environ is None else environ
         values, problems = environment.read_values(dataclasses.fields(cls), env)
+        problems += [f"{name} {why}" for name, why in providers.REMOVED.items() if name in env]
         if problems:
             raise SettingsError("invalid configuration: " + "; ".join(problems))
         values.update(overrides)

@@ -1,14 +1,31 @@
-"""What both processes read about providers: which are offered, their prices, timeouts and
-limits, and `JOBSTREAM_PROVIDER_CONCURRENCY`'s `name=N,name=N` parsed."""
+"""What both processes read about providers: which are offered, their prices (the catalogue,
+and an operator's file over it), timeouts and limits, and `JOBSTREAM_PROVIDER_CONCURRENCY`'s
+`name=N,name=N` parsed."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jobstream import prices
+from jobstream.prices import Prices
 from jobstream.settings.fields import one_of, setting
 
 # The names a provider setting may take: a misspelled one stops start-up, naming the nearest.
 PROVIDER_NAMES = ("simulated", "openai", "anthropic")
+
+# Prices were settings before the price catalogue: one set now stops start-up rather than be
+# ignored, since a price an operator set (0 for a local model) would silently be another one.
+REMOVED: dict[str, str] = dict.fromkeys(
+    (
+        "JOBSTREAM_OPENAI_INPUT_USD_PER_MTOK",
+        "JOBSTREAM_OPENAI_OUTPUT_USD_PER_MTOK",
+        "JOBSTREAM_ANTHROPIC_INPUT_USD_PER_MTOK",
+        "JOBSTREAM_ANTHROPIC_OUTPUT_USD_PER_MTOK",
+        "JOBSTREAM_SIMULATED_USD_PER_MTOK",
+    ),
+    "is no longer read: prices come from the price catalogue (jobstream/prices.toml); set "
+    "yours per model, or a provider's default, in a file named by JOBSTREAM_PRICES_FILE",
+)
 
 
 @dataclass(frozen=True)
@@ -21,13 +38,6 @@ class ProviderSettings:
         True,
         "Offer the simulated provider (tests, demos). Production sets false: a job naming it, "
         "or sending a `simulate` object, is then refused (422).",
-    )
-    simulated_usd_per_mtok: float = setting(
-        "JOBSTREAM_SIMULATED_USD_PER_MTOK",
-        2.0,
-        "Price of one million simulated output tokens, USD; a job cannot choose its own. Give "
-        "server and worker the same value.",
-        minimum=0,
     )
     simulated_max_s: float = setting(
         "JOBSTREAM_SIMULATED_MAX_S",
@@ -68,20 +78,6 @@ class ProviderSettings:
         "Seconds of silence allowed between stream chunks once tokens flow.",
         minimum=0.001,
     )
-    # Floats because the environment parser knows no Decimal; the provider converts them through
-    # their decimal text (Decimal(str(x))), so 0.15 stays exactly 0.15.
-    openai_input_usd_per_mtok: float = setting(
-        "JOBSTREAM_OPENAI_INPUT_USD_PER_MTOK",
-        0.15,
-        "Price of one million input (prompt) tokens, USD.",
-        minimum=0,
-    )
-    openai_output_usd_per_mtok: float = setting(
-        "JOBSTREAM_OPENAI_OUTPUT_USD_PER_MTOK",
-        0.60,
-        "Price of one million output (completion) tokens, USD.",
-        minimum=0,
-    )
 
     anthropic_base_url: str = setting(
         "JOBSTREAM_ANTHROPIC_BASE_URL", "https://api.anthropic.com", "Anthropic API base URL."
@@ -114,20 +110,19 @@ class ProviderSettings:
         "Seconds of silence allowed between stream events once tokens flow.",
         minimum=0.001,
     )
-    # Claude Haiku 4.5's list prices (https://www.anthropic.com/pricing#api). Cache reads and
-    # writes are priced from the input price (worker/providers/anthropic.py, CACHE_*).
-    anthropic_input_usd_per_mtok: float = setting(
-        "JOBSTREAM_ANTHROPIC_INPUT_USD_PER_MTOK",
-        1.0,
-        "Price of one million uncached input tokens, USD (cache writes cost 1.25x, reads 0.1x).",
-        minimum=0,
+    prices_file: str | None = setting(
+        "JOBSTREAM_PRICES_FILE",
+        None,
+        "A TOML file of prices in the shipped catalogue's format (jobstream/prices.toml): its "
+        "models replace or add to the catalogue's, its `default` prices what a provider's "
+        "catalogue does not know. Give server and worker the same file.",
     )
-    anthropic_output_usd_per_mtok: float = setting(
-        "JOBSTREAM_ANTHROPIC_OUTPUT_USD_PER_MTOK",
-        5.0,
-        "Price of one million output tokens, USD.",
-        minimum=0,
-    )
+
+    @property
+    def prices(self) -> Prices:
+        """The price catalogue every amount of money is computed from: the shipped one, with
+        JOBSTREAM_PRICES_FILE's entries over it (checked with the settings; read once)."""
+        return prices.load(self.prices_file)
 
     @property
     def provider_limits(self) -> dict[str, int]:
@@ -156,6 +151,10 @@ def problems(settings: ProviderSettings) -> list[str]:
                 )
     except ValueError as exc:
         found.append(f"JOBSTREAM_PROVIDER_CONCURRENCY: {exc}")
+    try:
+        prices.load(settings.prices_file)  # a file that does not load stops start-up
+    except prices.PricesError as exc:
+        found.append(str(exc))
     return found
 
 

@@ -33,8 +33,8 @@ WITH input AS (
     SELECT *, 2 + (i.last_chunk <> '')::int AS n_events
       FROM jsonb_to_recordset($1::jsonb)
              AS i (job_id uuid, run_token uuid, result jsonb, attempt int, input_tokens int,
-                   output_tokens int, cost numeric, cost_known boolean, last_chunk text,
-                   charge numeric, text_at bigint)
+                   output_tokens int, cost numeric, cost_known boolean, price_source text,
+                   last_chunk text, charge numeric, text_at bigint)
 ), done AS (
     UPDATE jobs j
        SET status = 'succeeded', result = i.result,
@@ -53,13 +53,13 @@ WITH input AS (
             OR CASE WHEN j.text_attempt = i.attempt THEN j.text_chars ELSE 0 END = i.text_at)
     RETURNING j.id, j.tenant_id, j.status, j.attempts, j.finished_at, j.result, j.error,
               j.webhook_url, j.last_seq, i.attempt, i.input_tokens, i.output_tokens, i.cost,
-              i.cost_known, i.last_chunk, coalesce(i.charge, i.cost) AS charge,
+              i.cost_known, i.price_source, i.last_chunk, coalesce(i.charge, i.cost) AS charge,
               old.reserved_usd AS held
 ), closed AS (
     UPDATE job_attempts a
        SET outcome = 'succeeded', finished_at = done.finished_at,
            input_tokens = done.input_tokens, output_tokens = done.output_tokens,
-           cost_usd = done.cost, cost_known = done.cost_known
+           cost_usd = done.cost, cost_known = done.cost_known, price_source = done.price_source
       FROM done
      -- No `outcome = 'running'` test: the job ran under this attempt's token, so its attempt
      -- is running; and with it the planner read every running attempt once per success.
@@ -163,8 +163,10 @@ RETURNING *
 -- name: FINISH_ATTEMPT
 -- An attempt's end other than success, and the reaper's `lost` (jobstream/attempts.py): a running
 -- attempt's tokens, cost and cancel_confirmed are NULL until it ends, so the reaper passes NULLs
--- and loses nothing. $12 is the traceback of an exception of the job's own code, for operators. The INSERT after `ended` adds the attempt to the metrics' counters
--- (metrics.sql); one row, so its histogram is duration_counts' (schema.sql).
+-- and loses nothing. $12 is the traceback of an exception of the job's own code, for operators;
+-- $13 how the cost's price was found (jobstream/prices.py). The INSERT after `ended` adds the
+-- attempt to the metrics' counters (metrics.sql); one row, so its histogram is
+-- duration_counts' (schema.sql).
 WITH ended AS (
     UPDATE job_attempts
        SET outcome = $3, finished_at = coalesce($11::timestamptz, statement_timestamp()),
@@ -172,6 +174,7 @@ WITH ended AS (
            -- The reaper passes NULLs: a lost attempt keeps what its journaled steps recorded.
            input_tokens = coalesce($6, input_tokens), output_tokens = coalesce($7, output_tokens),
            cost_usd = coalesce($8, cost_usd), cost_known = $9,
+           price_source = coalesce($13, price_source),
            cancel_confirmed = $10, error_trace = $12
      WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
     RETURNING provider, outcome, cost_usd, cost_known,
@@ -221,7 +224,7 @@ WITH input AS (
     SELECT (e->>0)::int AS ord, (e->>1)::uuid AS job_id, (e->>2)::uuid AS run_token,
            e->>3 AS step, (e->>4)::int AS attempt, e->5 AS result, e->6 AS output,
            (e->>7)::int AS input_tokens, (e->>8)::int AS output_tokens,
-           (e->>9)::numeric AS cost, (e->>10)::boolean AS cost_known
+           (e->>9)::numeric AS cost, (e->>10)::boolean AS cost_known, e->>11 AS price_source
       FROM jsonb_array_elements($1::jsonb) AS e
 ), locked AS (
     -- Each job once, however many of its steps are here (a lock is a write to its row).
@@ -246,9 +249,16 @@ WITH input AS (
     UPDATE job_attempts a
        SET input_tokens = coalesce(a.input_tokens, 0) + s.input_tokens,
            output_tokens = coalesce(a.output_tokens, 0) + s.output_tokens,
-           cost_usd = coalesce(a.cost_usd, 0) + s.cost
+           cost_usd = coalesce(a.cost_usd, 0) + s.cost,
+           -- The least certain price of the attempt's calls so far (jobstream/prices.py).
+           price_source = CASE WHEN 'default' IN (a.price_source, s.price_source) THEN 'default'
+                               WHEN 'operator' IN (a.price_source, s.price_source) THEN 'operator'
+                               ELSE coalesce(s.price_source, a.price_source) END
       FROM (SELECT h.job_id, h.attempt, sum(h.input_tokens) AS input_tokens,
-                   sum(h.output_tokens) AS output_tokens, sum(h.cost) AS cost
+                   sum(h.output_tokens) AS output_tokens, sum(h.cost) AS cost,
+                   CASE WHEN bool_or(h.price_source = 'default') THEN 'default'
+                        WHEN bool_or(h.price_source = 'operator') THEN 'operator'
+                        ELSE max(h.price_source) END AS price_source
               FROM held h JOIN journaled USING (job_id, step)
              -- Steps that made no call (no tokens, no cost) change no attempt's row.
              WHERE h.running AND (h.cost > 0 OR h.input_tokens > 0 OR h.output_tokens > 0)

@@ -10,7 +10,7 @@ SELECT * FROM jobs WHERE id = $1 AND tenant_id = $2 FOR UPDATE
 
 -- name: SELECT_ATTEMPTS
 SELECT attempt, worker_id, started_at, finished_at, outcome, error_class, error_detail, provider,
-       model, input_tokens, output_tokens, cost_usd, cost_known, cancel_confirmed
+       model, input_tokens, output_tokens, cost_usd, cost_known, price_source, cancel_confirmed
   FROM job_attempts
  WHERE job_id = $1
  ORDER BY attempt

@@ -107,6 +107,14 @@ async def test_an_installed_wheel_migrates_serves_and_runs_the_users_jobs(
     # Not editable and not the checkout: the package comes from the virtualenv.
     where = _run(python, "-c", "import jobstream; print(jobstream.__file__)", cwd=app_dir)
     assert where.startswith(str(installed.parent)), where
+    # The price catalogue is package data: every process prices with it from its start.
+    priced = _run(
+        python,
+        "-c",
+        "from jobstream import prices; print(prices.load().price_of('openai', 'gpt-4o').source)",
+        cwd=app_dir,
+    )
+    assert priced.strip() == "catalogue", priced
     database_url = await create_empty_database(admin_url)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -143,8 +151,9 @@ async def test_an_installed_wheel_migrates_serves_and_runs_the_users_jobs(
                     return []
                 return [t["name"] for t in answer.json()["jobs"]]
 
+            # Generous: a server starts in 8 s or more on a busy machine.
             await eventually(
-                types, lambda names: "greet" in names, what="the server is up", timeout_s=30
+                types, lambda names: "greet" in names, what="the server is up", timeout_s=60
             )
             created = await client.post(
                 "/api/jobs", json={"job": "greet", "input": {"name": "Ada"}}
@@ -156,7 +165,9 @@ async def test_an_installed_wheel_migrates_serves_and_runs_the_users_jobs(
                 answer: dict[str, object] = (await client.get(f"/api/jobs/{job_id}")).json()
                 return answer
 
-            done = await eventually(job, lambda j: j["status"] == "succeeded", what="succeeded")
+            done = await eventually(
+                job, lambda j: j["status"] == "succeeded", what="succeeded", timeout_s=60
+            )
             page = await client.get("/")
             assert page.status_code == 200 and "jobstream" in page.text
         assert done["result"]["text"] == "Hello, Ada! (from the user's worker.py)"  # type: ignore[index]

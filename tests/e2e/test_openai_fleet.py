@@ -25,10 +25,9 @@ from jobstream.embedded_pg import free_port
 from tests.support.fake_openai import FakeOpenAI, Reply, RequestRecord, expected_text
 from tests.support.http_server import http_client
 from tests.support.openai_jobs import (
-    INPUT_USD_PER_MTOK,
     KEY,
     MAX_TOKENS,
-    OUTPUT_USD_PER_MTOK,
+    MODEL,
     billed_usd,
     tenant_money,
 )
@@ -75,10 +74,8 @@ async def start_fleet(
         "JOBSTREAM_PROVIDER_CONCURRENCY": f"openai={LIMIT}",
         "JOBSTREAM_OPENAI_BASE_URL": fake.base_url,
         "JOBSTREAM_OPENAI_API_KEY": KEY,
-        "JOBSTREAM_OPENAI_MODEL": "fake-model",
+        "JOBSTREAM_OPENAI_MODEL": MODEL,
         "JOBSTREAM_OPENAI_IDLE_TIMEOUT_S": "2",
-        "JOBSTREAM_OPENAI_INPUT_USD_PER_MTOK": str(INPUT_USD_PER_MTOK),
-        "JOBSTREAM_OPENAI_OUTPUT_USD_PER_MTOK": str(OUTPUT_USD_PER_MTOK),
     }
     spawned = [
         group.spawn("worker", {**env, "JOBSTREAM_WORKER_ID": f"w{i}"}, name=f"worker-{i}")

@@ -19,9 +19,8 @@ from jobstream.settings import Settings
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.http_server import http_client, serve
 from tests.support.openai_jobs import (
-    INPUT_USD_PER_MTOK,
     KEY,
-    OUTPUT_USD_PER_MTOK,
+    MODEL,
     openai_settings,
     price,
     tenant_money,
@@ -52,9 +51,7 @@ def worker_env(database_url: str, fake: FakeOpenAI, name: str) -> dict[str, str]
         "JOBSTREAM_BACKOFF_MAX_S": "0",
         "JOBSTREAM_OPENAI_BASE_URL": fake.base_url,
         "JOBSTREAM_OPENAI_API_KEY": KEY,
-        "JOBSTREAM_OPENAI_MODEL": "fake-model",
-        "JOBSTREAM_OPENAI_INPUT_USD_PER_MTOK": str(INPUT_USD_PER_MTOK),
-        "JOBSTREAM_OPENAI_OUTPUT_USD_PER_MTOK": str(OUTPUT_USD_PER_MTOK),
+        "JOBSTREAM_OPENAI_MODEL": MODEL,
     }
 
 

@@ -99,8 +99,6 @@ def provider_settings(fake: FakeOpenAI) -> Settings:
         openai_connect_timeout_s=2.0,
         openai_first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S,
         openai_idle_timeout_s=IDLE_TIMEOUT_S,
-        openai_input_usd_per_mtok=2.5,
-        openai_output_usd_per_mtok=10.0,
     )
 
 

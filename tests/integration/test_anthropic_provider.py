@@ -13,7 +13,7 @@ from jobstream.settings import Settings
 from jobstream.usage import Usage
 from jobstream.worker.providers.anthropic import AnthropicProvider
 from jobstream.worker.providers.base import ProviderRequest, StreamItem, TextDelta
-from tests.support.anthropic_jobs import KEY, anthropic_settings, price
+from tests.support.anthropic_jobs import KEY, MODEL, anthropic_settings, price
 from tests.support.fake_anthropic import FakeAnthropic, Reply
 from tests.support.fake_openai import expected_text, prompt_tokens
 
@@ -97,7 +97,7 @@ async def test_text_usage_and_cache_tokens_priced_apart(
     assert req.send_mark.sent  # the SDK's HTTP client carried our trace
     (record,) = fake.stats().records
     assert (record.system, record.prompt, record.max_tokens) == ("be brief", PROMPT, 8)
-    assert record.model == "claude-test-model"
+    assert record.model == MODEL
 
 
 async def test_stop_reasons_map_to_the_finish(

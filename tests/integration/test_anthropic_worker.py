@@ -83,6 +83,7 @@ async def test_a_job_streams_the_fakes_text_with_usage_and_cache_tokens_priced(
     (attempt,) = await attempt_rows(pool, job_id)
     assert (attempt["input_tokens"], attempt["output_tokens"]) == (uncached + 260, MAX_TOKENS)
     assert attempt["cost_usd"] == cost == job["charged_usd"]
+    assert attempt["price_source"] == "catalogue"
     # The poll shows it too, through the API.
     polled = (await claude_api.get(f"/api/jobs/{job_id}")).json()
     assert polled["result"]["usage"]["cache_read_tokens"] == 200

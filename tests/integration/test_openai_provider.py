@@ -1,16 +1,19 @@
 """The OpenAI provider against the fake OpenAI server, over real loopback sockets: what it sends,
-what its stream yields, and closing a stream early. Its failures: test_openai_provider_errors.py.
+what its stream yields, and closing a stream early; and the fake held to the wire by the official
+SDK's own typed parser. Its failures: test_openai_provider_errors.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from decimal import Decimal
 
+import openai
+import pydantic
 import pytest
 import structlog
 
+from jobstream import prices
 from jobstream.settings import Settings
 from jobstream.worker.providers.base import ProviderRequest, TextDelta
 from jobstream.worker.providers.openai import OpenAIProvider, estimate_tokens
@@ -32,9 +35,93 @@ async def test_streams_text_and_usage_equal_to_what_the_server_billed(
         stats.billed_completion_tokens,
     )
     assert (usage.input_tokens, usage.output_tokens) == (prompt_tokens(PROMPT), 6)
-    assert usage.cost_usd == Decimal("2.5") * 4 / 1_000_000 + Decimal(10) * 6 / 1_000_000
+    # The settings' model is none the catalogue knows: OpenAI's default price.
+    default = prices.load().default("openai")
+    assert usage.cost_usd == default.input * 4 / 1_000_000 + default.output * 6 / 1_000_000
     assert usage.cost_known
     assert last(stats) == "completed"
+
+
+async def test_cached_prompt_tokens_are_counted_and_priced_at_the_cache_read_price(
+    fake: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    fake.push(Reply(cached_tokens=3))
+    req = request(model="gpt-4o-mini-2024-07-18", max_tokens=6)
+    _, usage = await collect(provider, req)
+
+    price = prices.load().price_of("openai", "gpt-4o-mini")
+    assert price.cache_read < price.input  # else the test could not tell them apart
+    billed = prompt_tokens(PROMPT)
+    assert (usage.input_tokens, usage.cache_read_tokens) == (billed, 3)
+    assert (
+        usage.cost_usd
+        == ((billed - 3) * price.input + 3 * price.cache_read + 6 * price.output) / 1_000_000
+    )
+
+
+async def test_the_official_sdk_parses_the_fakes_stream(fake: FakeOpenAI) -> None:
+    """The provider reads the stream's raw SSE bytes (the SDK's typed chunks cost 3.7 times the
+    CPU a token: docs/architecture.md), so no other provider test runs the SDK's parser. Here it
+    parses the fake's streams itself: with strict response validation every chunk is validated
+    as a ChatCompletionChunk, and the stream helper accumulates them into the ChatCompletion, so
+    a chunk the real API would not send, or a field out of place, fails here."""
+
+    class Answer(pydantic.BaseModel):
+        city: str
+
+    client = openai.AsyncOpenAI(
+        api_key=KEY, base_url=fake.base_url, max_retries=0, _strict_response_validation=True
+    )
+    messages: list[openai.types.chat.ChatCompletionMessageParam] = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": PROMPT},
+    ]
+    try:
+        fake.push(Reply(comments=True))
+        async with client.chat.completions.stream(
+            model="m", messages=messages, max_tokens=64, stream_options={"include_usage": True}
+        ) as stream:
+            deltas = [e.delta async for e in stream if e.type == "content.delta"]
+            completion = await stream.get_final_completion()
+        said = f"be brief\n{PROMPT}"
+        assert "".join(deltas) == completion.choices[0].message.content == expected_text(said, 16)
+        assert completion.choices[0].finish_reason == "stop"
+        assert completion.usage is not None
+        assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (
+            prompt_tokens(said),
+            16,
+        )
+        # Structured output, parsed by the helper from the json_schema answer.
+        fake.push(Reply(content='{"city": "Lisbon"}'))
+        async with client.chat.completions.stream(
+            model="m", messages=messages, max_tokens=64, response_format=Answer
+        ) as parsing:
+            parsed = await parsing.get_final_completion()
+        assert parsed.choices[0].message.parsed == Answer(city="Lisbon")
+        assert parsed.choices[0].finish_reason == "stop"
+        assert fake.stats().records[-1].schema_name == "Answer"
+        # A refusal's deltas, and a finish reason of the server's choosing (the helper raises
+        # for a content filter, with what it accumulated).
+        fake.push(Reply(refusal="I will not.", finish_reason="content_filter"))
+        with pytest.raises(openai.ContentFilterFinishReasonError) as filtered:
+            async with client.chat.completions.stream(
+                model="m", messages=messages, max_tokens=64
+            ) as refusing:
+                await refusing.get_final_completion()
+        assert filtered.value.completion is not None
+        [choice] = filtered.value.completion.choices
+        assert (choice.message.refusal, choice.finish_reason) == ("I will not.", "content_filter")
+        # An error inside the 200 stream, as the SDK itself reads it.
+        fake.push(Reply(kind="stream_error", status=503, after_tokens=1))
+        with pytest.raises(openai.APIError) as caught:
+            stream_with_error = await client.chat.completions.create(
+                model="m", messages=messages, max_tokens=8, stream=True
+            )
+            async for _ in stream_with_error:
+                pass
+        assert (caught.value.code, caught.value.message) == ("503", "fake mid-stream failure")
+    finally:
+        await client.close()
 
 
 async def test_sends_bearer_key_default_model_and_asks_for_usage(
@@ -45,6 +132,7 @@ async def test_sends_bearer_key_default_model_and_asks_for_usage(
 
     first, second = fake.stats().records
     assert first.authorized and first.include_usage
+    assert "authorization" in first.header_names
     assert (first.model, first.max_tokens) == ("fake-default-model", 8)
     assert (second.model, second.max_tokens) == ("chosen-model", 3)
 
@@ -74,6 +162,25 @@ async def test_sends_instructions_messages_and_sampling_as_given(
     assert text == expected_text("\n".join(m[1] for m in record.messages), 4)
 
 
+async def test_without_a_key_no_authorization_is_sent_and_the_sdks_environment_stays_out(
+    fake: FakeOpenAI, provider_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A local server (Ollama, llama.cpp) takes no key. The SDK would read these from the
+    # environment; the provider's settings are jobstream's alone.
+    for name, value in [
+        ("OPENAI_API_KEY", "sk-from-the-environment"),
+        ("OPENAI_ORG_ID", "org-from-the-environment"),
+        ("OPENAI_PROJECT_ID", "proj-from-the-environment"),
+    ]:
+        monkeypatch.setenv(name, value)
+    async with OpenAIProvider(provider_settings.replace(openai_api_key="")) as provider:
+        error, _ = await failure(provider)
+    # This fake wants a key: the request went without one.
+    assert (error.kind, error.status_code) == ("permanent", 401)
+    [record] = fake.stats().records
+    assert not {"authorization", "openai-organization", "openai-project"} & set(record.header_names)
+
+
 async def test_comment_lines_between_chunks_are_ignored(
     fake: FakeOpenAI, provider: OpenAIProvider
 ) -> None:
@@ -87,13 +194,14 @@ async def test_without_a_usage_chunk_usage_is_estimated_and_flagged(
     fake: FakeOpenAI, provider: OpenAIProvider
 ) -> None:
     fake.push(Reply(usage=False))
-    text, usage = await collect(provider, request(max_tokens=5))
+    req = request(max_tokens=5)
+    text, usage = await collect(provider, req)
 
     assert text == expected_text(PROMPT, 5)
     assert not usage.cost_known
     assert usage.input_tokens == estimate_tokens(PROMPT)
     assert usage.output_tokens == estimate_tokens(text)
-    assert usage.cost_usd == provider.cost(usage.input_tokens, usage.output_tokens)
+    assert usage.cost_usd == provider.cost(req, usage.input_tokens, usage.output_tokens)
     assert not fake.stats().records[-1].usage_reported
 
 

@@ -180,6 +180,45 @@ async def test_connection_refused_is_transient_and_not_sent(provider_settings: S
     assert (error.kind, error.request_sent) == ("transient", False)
 
 
+@pytest.mark.parametrize(
+    ("sent", "within_s"),
+    [
+        # More than the 4 KiB the provider reads of an error: the rest is never waited for.
+        (b'{"error": {"message": "' + b"x" * 5000, IDLE_TIMEOUT_S),
+        # A body that stops: read until the idle timeout, then the status decides alone.
+        (b'{"error": ', FIRST_TOKEN_TIMEOUT_S),
+    ],
+)
+async def test_an_error_body_is_read_only_so_far_and_so_long(
+    provider_settings: Settings, sent: bytes, within_s: float
+) -> None:
+    # The SDK would read an error body whole, however long and however slow: a 503 whose body
+    # never ends would have become a first-token timeout, an unknown outcome.
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        head = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+        writer.write(head + b"retry-after: 3\r\ncontent-length: 100000\r\n\r\n" + sent)
+        await writer.drain()
+        await reader.read()  # until the client closes
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    stalling = provider_settings.replace(openai_base_url=f"http://127.0.0.1:{port}/v1")
+    try:
+        async with OpenAIProvider(stalling) as provider:
+            started = asyncio.get_running_loop().time()
+            error, _ = await failure(provider)
+            waited = asyncio.get_running_loop().time() - started
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert (error.kind, error.status_code, error.retry_after_s) == ("transient", 503, 3.0)
+    assert error.refused
+    assert waited < within_s
+    assert len(str(error)) < 400
+
+
 async def test_bad_key_is_permanent(fake: FakeOpenAI, provider_settings: Settings) -> None:
     async with OpenAIProvider(provider_settings.replace(openai_api_key="sk-wrong")) as provider:
         error, _ = await failure(provider)

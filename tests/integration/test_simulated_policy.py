@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -80,9 +81,12 @@ async def test_every_way_to_hold_a_slot_past_the_cap_is_a_422_naming_its_field(
 
 
 async def test_the_simulated_price_is_the_servers_and_a_job_cannot_set_it(
-    settings: Settings, pool: asyncpg.Pool
+    settings: Settings, pool: asyncpg.Pool, tmp_path: Path
 ) -> None:
-    async with client_of(settings.replace(simulated_usd_per_mtok=1000.0)) as client:
+    # The operator's price file sets the simulator's price (jobstream/prices.py).
+    prices_file = tmp_path / "prices.toml"
+    prices_file.write_text('[simulated.models]\n"simulated" = { input = 0, output = 1000 }\n')
+    async with client_of(settings.replace(prices_file=str(prices_file))) as client:
         free = {"prompt": "p", "max_tokens": 100, "simulate": {"cost_per_token": 0}}
         assert await refused_fields(client, free) == ["simulate.cost_per_token"]
         batch = await client.post("/api/jobs/batch", json={"jobs": [free]})

@@ -91,6 +91,8 @@ async def test_a_lost_attempt_replays_its_journaled_steps_and_runs_only_the_rest
     call = [price(r.billed_prompt_tokens, r.tokens_sent) for r in records]
     assert lost["cost_usd"] == call[0] + call[1] and not lost["cost_known"]
     assert won["cost_usd"] == call[3]
+    # The lost attempt's price source came with its journaled steps' cost.
+    assert (lost["price_source"], won["price_source"]) == ("catalogue", "catalogue")
     # The result is made of the first two steps' answers and the last call: charged once.
     row = await pool.fetchrow("SELECT charged_usd FROM jobs WHERE id = $1", job_id)
     assert row is not None and row["charged_usd"] == call[0] + call[1] + call[3]

@@ -12,10 +12,11 @@ import pytest
 import structlog
 
 from jobstream import claims, logs
+from jobstream.prices import Price
 from jobstream.settings import Settings
 from jobstream.worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
 from jobstream.worker.retry import Backoff
-from tests.support.gated_provider import GatedProvider
+from tests.support.gated_provider import SIMULATED_PRICE, GatedProvider
 from tests.support.workers import (
     attempt_rows,
     counted_text,
@@ -270,6 +271,9 @@ class NulProvider:
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamItem]:
         for text in ("a\x00", "b"):
             yield TextDelta(text)
+
+    def price(self, request: Prompt) -> Price:
+        return SIMULATED_PRICE
 
     def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
         return Decimal(0)

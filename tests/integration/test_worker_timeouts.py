@@ -9,8 +9,10 @@ from decimal import Decimal
 
 import asyncpg
 
+from jobstream.prices import Price
 from jobstream.settings import Settings
 from jobstream.worker.providers.base import Prompt, ProviderRequest, StreamItem
+from tests.support.gated_provider import SIMULATED_PRICE
 from tests.support.workers import attempt_rows, create_job, running_worker, wait_for_status
 
 
@@ -27,6 +29,9 @@ class HangingProvider:
             request.send_mark.mark()
         never: asyncio.Future[StreamItem] = asyncio.get_running_loop().create_future()
         yield await never
+
+    def price(self, request: Prompt) -> Price:
+        return SIMULATED_PRICE
 
     def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
         return Decimal("0.01")

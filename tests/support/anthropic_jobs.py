@@ -8,18 +8,23 @@ from typing import Any
 
 import asyncpg
 
-from jobstream import creates
+from jobstream import creates, prices
 from jobstream.jobspec import JobSpec
 from jobstream.settings import Settings
 from jobstream.worker.providers.anthropic import AnthropicProvider
 from jobstream.worker.providers.base import ProviderRequest
 
 KEY = "sk-ant-jobstream-test-7d1a54127b222502f5b79b5fb0803061"
-# Prices whose products with token counts, the cache's multiples included (1.25x and 0.1x),
-# fit numeric(18, 8) exactly: 4e-6 USD an input token, 5e-6 a cache write, 4e-7 a cache read,
-# 2e-5 an output token.
-INPUT_USD_PER_MTOK = 4.0
-OUTPUT_USD_PER_MTOK = 20.0
+# The jobs' model: one of the price catalogue's (jobstream/prices.toml), not priced at the
+# provider's default. Its prices times whole token counts, the cache's included, fit
+# numeric(18, 8) exactly, so sums reconcile to the last digit.
+MODEL = "claude-haiku-4-5"
+PRICE = prices.load().price_of("anthropic", MODEL)
+assert PRICE.source == "catalogue" and prices.load().default("anthropic") != PRICE
+assert all(
+    amount / 1_000_000 == (amount / 1_000_000).quantize(Decimal("1e-8"))
+    for amount in (PRICE.input, PRICE.output, PRICE.cache_read, PRICE.cache_write)
+), f"{MODEL}'s prices no longer fit numeric(18, 8) per token: pick another model"
 MAX_TOKENS = 8
 
 
@@ -28,12 +33,10 @@ def anthropic_settings(settings: Settings, base_url: str, **changes: Any) -> Set
     return settings.replace(
         anthropic_base_url=base_url,
         anthropic_api_key=KEY,
-        anthropic_model="claude-test-model",
+        anthropic_model=MODEL,
         anthropic_connect_timeout_s=2.0,
         anthropic_first_token_timeout_s=2.0,
         anthropic_idle_timeout_s=0.4,
-        anthropic_input_usd_per_mtok=INPUT_USD_PER_MTOK,
-        anthropic_output_usd_per_mtok=OUTPUT_USD_PER_MTOK,
         **changes,
     )
 
@@ -41,14 +44,9 @@ def anthropic_settings(settings: Settings, base_url: str, **changes: Any) -> Set
 def price(
     input_tokens: int, output_tokens: int, *, cache_write: int = 0, cache_read: int = 0
 ) -> Decimal:
-    """The price of a call: `input_tokens` uncached, cache writes 1.25x, reads 0.1x."""
-    per_million = (
-        input_tokens * Decimal(str(INPUT_USD_PER_MTOK))
-        + cache_write * Decimal(str(INPUT_USD_PER_MTOK)) * Decimal("1.25")
-        + cache_read * Decimal(str(INPUT_USD_PER_MTOK)) * Decimal("0.1")
-        + output_tokens * Decimal(str(OUTPUT_USD_PER_MTOK))
-    )
-    return per_million / Decimal(1_000_000)
+    """The catalogue's price of a call of MODEL: `input_tokens` uncached, the cache's tokens at
+    their own prices."""
+    return PRICE.cost(input_tokens, output_tokens, cache_read, cache_write)
 
 
 async def create_anthropic_job(

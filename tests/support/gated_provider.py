@@ -10,8 +10,13 @@ import asyncio
 from collections.abc import AsyncIterator
 from decimal import Decimal
 
+from jobstream import prices
+from jobstream.prices import Price
 from jobstream.usage import Usage
 from jobstream.worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
+
+# What the stand-ins for the simulator answer for their price: the catalogue's simulator's.
+SIMULATED_PRICE = prices.load().price_of("simulated", "simulated")
 
 
 class GatedProvider:
@@ -43,6 +48,9 @@ class GatedProvider:
         yield Usage(
             input_tokens=1, output_tokens=total, cost_usd=self.estimate_cost(request, total)
         )
+
+    def price(self, request: Prompt) -> Price:
+        return SIMULATED_PRICE
 
     def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
         return Decimal("0.001") * output_tokens

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import asyncpg
 
-from jobstream import creates
+from jobstream import creates, prices
 from jobstream.jobspec import JobSpec
 from jobstream.settings import Settings
 from jobstream.worker.providers.base import ProviderRequest
@@ -21,10 +21,16 @@ from jobstream.worker.providers.openai import OpenAIProvider
 from tests.support.fake_openai import RequestRecord
 
 KEY = "sk-jobstream-worker-test-2c26b46b68ffc68ff99b453c1d304134"
-# Prices whose products with token counts fit numeric(18, 8) exactly, so sums reconcile to the
-# last digit: 2.5e-6 USD an input token, 1e-5 an output token.
-INPUT_USD_PER_MTOK = 2.5
-OUTPUT_USD_PER_MTOK = 10.0
+# The jobs' model: one of the price catalogue's (jobstream/prices.toml), priced as production
+# prices it, and not at the provider's default (a model found nowhere would cost the same). Its
+# prices times whole token counts fit numeric(18, 8) exactly, so sums reconcile to the last digit.
+MODEL = "gpt-4.1"
+PRICE = prices.load().price_of("openai", MODEL)
+assert PRICE.source == "catalogue" and prices.load().default("openai") != PRICE
+assert all(
+    amount / 1_000_000 == (amount / 1_000_000).quantize(Decimal("1e-8"))
+    for amount in (PRICE.input, PRICE.output, PRICE.cache_read)
+), f"{MODEL}'s prices no longer fit numeric(18, 8) per token: pick another model"
 MAX_TOKENS = 8
 
 
@@ -33,21 +39,17 @@ def openai_settings(settings: Settings, base_url: str, **changes: Any) -> Settin
     return settings.replace(
         openai_base_url=base_url,
         openai_api_key=KEY,
-        openai_model="fake-model",
+        openai_model=MODEL,
         openai_connect_timeout_s=2.0,
         openai_first_token_timeout_s=2.0,
         openai_idle_timeout_s=0.4,
-        openai_input_usd_per_mtok=INPUT_USD_PER_MTOK,
-        openai_output_usd_per_mtok=OUTPUT_USD_PER_MTOK,
         **changes,
     )
 
 
 def price(input_tokens: int, output_tokens: int) -> Decimal:
-    per_million = input_tokens * Decimal(str(INPUT_USD_PER_MTOK)) + output_tokens * Decimal(
-        str(OUTPUT_USD_PER_MTOK)
-    )
-    return per_million / Decimal(1_000_000)
+    """What a call of MODEL costs, by the catalogue."""
+    return PRICE.cost(input_tokens, output_tokens)
 
 
 def billed_usd(records: Iterable[RequestRecord]) -> Decimal:

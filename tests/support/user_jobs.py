@@ -164,6 +164,17 @@ async def two_calls(asked: Counted2, ctx: jobstream.Context) -> None:
         )
 
 
+class Models(BaseModel):
+    models: list[str] = Field(min_length=1, max_length=4)
+
+
+@app.job("ask_models", input=Models, max_attempts=1, timeout_s=60)
+async def ask_models(asked: Models, ctx: jobstream.Context) -> None:
+    """One OpenAI call per model named, in turn: an attempt whose calls are priced apart."""
+    for model in asked.models:
+        await ctx.llm.stream(prompt=f"ask {model}", provider="openai", model=model, max_tokens=4)
+
+
 @app.job("three_steps", input=Topic, max_attempts=3, timeout_s=60)
 async def three_steps(topic: Topic, ctx: jobstream.Context) -> None:
     """Three model calls, each a durable step fed the last one's answer."""

@@ -1,13 +1,21 @@
-"""The classification table of provider failures (docs/design.md), one row per case."""
+"""The classification of provider failures (docs/design.md): each row of classify.RULES met by
+a failure of its own, then the parts around the table (statuses, Retry-After, transport errors of
+httpx and the SDKs' httpx2, stream faults, errors inside a stream)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from functools import partial
+from typing import Any
 
 import httpx
+import httpx2
 import pytest
 
+from jobstream.errors import ProviderError
 from jobstream.types import ErrorKind
 from jobstream.worker.providers import classify
 
@@ -169,3 +177,114 @@ def test_anthropic_errors_by_type_and_status(
     # An error status billed nothing; an error event came after the work began.
     assert error.refused is not in_stream
     assert error.retry_after_s == (None if in_stream else 4.0)
+
+
+@dataclass(frozen=True)
+class Row:
+    """A failure that should meet one row of classify.RULES, and what that row must make of it."""
+
+    rule: str  # the row's id
+    error: Callable[[], ProviderError]
+    kind: ErrorKind
+    pause: bool = False
+    retry_after_s: float | None = None  # the failures below that carry one say 4 s
+    refused: bool = False
+    request_sent: bool = True
+
+
+RETRY_4 = {"retry-after": "4"}
+
+
+def anthropic(status: int, error_type: str | None, *, in_stream: bool = False) -> ProviderError:
+    return classify.from_error_type(status, error_type, RETRY_4, in_stream=in_stream)
+
+
+def in_stream(error: dict[str, object]) -> ProviderError:
+    return classify.from_error_object({"error": error})
+
+
+ANTHROPIC_ANSWERS: list[tuple[str, int, ErrorKind, bool]] = [
+    ("overloaded_error", 503, "transient", True),
+    ("rate_limit_error", 429, "rate_limited", False),
+    ("api_error", 500, "transient", False),
+    ("timeout_error", 504, "transient", False),
+    ("invalid_request_error", 400, "permanent", False),
+    ("authentication_error", 401, "permanent", False),
+    ("billing_error", 402, "permanent", False),
+    ("permission_error", 403, "permanent", False),
+    ("not_found_error", 404, "permanent", False),
+    ("request_too_large", 413, "permanent", False),
+]
+
+ROWS = [
+    # A 529 pauses the provider even when its body names another type.
+    Row("answer anthropic 529 * *", lambda: anthropic(529, "api_error"), "transient", pause=True,
+        retry_after_s=4.0, refused=True),
+    *[
+        Row(f"answer anthropic * {name} *", partial(anthropic, status, name), kind,
+            pause=pause, retry_after_s=4.0, refused=True)
+        for name, status, kind, pause in ANTHROPIC_ANSWERS
+    ],
+    Row("answer * 429 * *", lambda: classify.from_status(429, RETRY_4), "rate_limited",
+        retry_after_s=4.0, refused=True),
+    # An Anthropic type the table does not name falls to the status rows.
+    Row("answer * 408 409 425 * *", lambda: anthropic(409, "something_new"), "transient",
+        retry_after_s=4.0, refused=True),
+    # OpenAI's 529 is a plain 5xx: no pause.
+    Row("answer * 5xx * *", lambda: classify.from_status(529, RETRY_4), "transient",
+        retry_after_s=4.0, refused=True),
+    Row("answer * * * *", lambda: classify.from_status(422, RETRY_4), "permanent",
+        retry_after_s=4.0, refused=True),
+    *[
+        Row(f"stream anthropic * {name} *", partial(anthropic, 200, name, in_stream=True),
+            kind, pause=pause)
+        for name, _, kind, pause in ANTHROPIC_ANSWERS
+    ],
+    Row("stream anthropic * * *", lambda: anthropic(200, "something_new", in_stream=True),
+        "transient"),
+    Row("stream openai 429 * *", lambda: in_stream({"code": 429}), "rate_limited"),
+    Row("stream openai 408 409 425 * *", lambda: in_stream({"code": 425}), "transient"),
+    Row("stream openai 5xx * *", lambda: in_stream({"code": 503}), "transient"),
+    # A rate-limit type does not beat an HTTP-like code that says otherwise.
+    Row("stream openai 4xx * *", lambda: in_stream({"code": 400, "type": "rate_limit"}),
+        "permanent"),
+    Row("stream openai * *rate_limit* *", lambda: in_stream({"code": "rate_limit_exceeded"}),
+        "rate_limited"),
+    Row("stream openai * * *",
+        lambda: classify.from_error_object({"object": "error", "message": "old vLLM"}),
+        "transient"),
+    Row("transport * * UnsupportedProtocol *",
+        lambda: classify.from_transport(httpx2.UnsupportedProtocol("no http://")), "permanent",
+        request_sent=False),
+    Row("transport * * * no", lambda: classify.from_transport(httpx2.ConnectError("refused")),
+        "transient", request_sent=False),
+    Row("transport * * * yes", lambda: classify.from_stream_fault("idle_timeout"), "unknown"),
+]  # fmt: skip
+
+
+def test_every_row_of_the_table_has_its_case() -> None:
+    ids = [rule.id for rule in classify.RULES]
+    assert len(set(ids)) == len(ids), "two rows that match the same failures"
+    assert sorted(row.rule for row in ROWS) == sorted(ids)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.rule for row in ROWS])
+def test_each_row_of_the_table(row: Row, monkeypatch: pytest.MonkeyPatch) -> None:
+    decided: list[classify.Rule] = []
+    lookup = classify.rule_for
+
+    def recording(*args: Any, **kwargs: Any) -> classify.Rule:
+        decided.append(lookup(*args, **kwargs))
+        return decided[-1]
+
+    monkeypatch.setattr(classify, "rule_for", recording)
+    error = row.error()
+    # This row decided, not one above it that shadows it.
+    assert [rule.id for rule in decided] == [row.rule]
+    assert (error.kind, error.pause_provider, error.retry_after_s, error.refused) == (
+        row.kind,
+        row.pause,
+        row.retry_after_s,
+        row.refused,
+    )
+    assert error.request_sent is row.request_sent

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from jobstream.errors import ProviderError
+from jobstream.prices import Price
 from jobstream.usage import Usage
 from jobstream.worker.providers.base import ProviderRequest, StreamItem, TextDelta
 from jobstream.worker.providers.simulated import SimulatedProvider, token_text
@@ -189,14 +190,15 @@ async def test_invalid_simulation_is_a_permanent_error(simulate: dict[str, Any])
     assert caught.value.status_code == 400
 
 
-def test_the_default_price_is_two_dollars_a_million_tokens() -> None:
+def test_the_catalogues_price_is_two_dollars_a_million_output_tokens() -> None:
     assert instant().estimate_cost(request({}), 10) == Decimal("0.000020")
 
 
 async def test_the_price_is_the_servers_never_the_jobs() -> None:
     # Regression (issue 9, defect 10): a job set its own price with simulate.cost_per_token.
     # The server refuses that field now; a job stored before still has it, and it is ignored.
-    provider = paced(RecordedSleeps(), usd_per_mtok=Decimal("0.15"))
+    zero = Decimal(0)
+    provider = paced(RecordedSleeps(), price=Price(zero, Decimal("0.15"), zero, zero, "operator"))
     asks_free = request({"tokens": 4, "tokens_per_second": 0, "cost_per_token": 0})
     assert provider.estimate_cost(asks_free, 4) == Decimal("0.0000006")
     items = await collect(provider, asks_free)

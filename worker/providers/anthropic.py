@@ -1,7 +1,12 @@
 """The Anthropic provider: one streamed Messages call per attempt, through the official SDK.
 
-The SDK's own retries are off (`max_retries=0`): jobstream retries, and records every try as an
-attempt with its cost. Its raw stream events are read here: text deltas go to the log, usage
+The SDK builds and sends the request (auth, version headers, the body), with its own retries off
+(`max_retries=0`: jobstream retries, and records every try as an attempt with its cost), and
+raises an error status as its APIStatusError. The stream's body is read here, as raw SSE bytes
+parsed with orjson (worker/providers/sse_bytes.py), not as the SDK's typed events, whose
+pydantic models cost more CPU a token than the whole of the OpenAI path (docs/providers.md).
+tests/integration/test_anthropic_provider.py holds the fake's stream to what the SDK's own
+typed parser accepts. The events: text deltas go to the log, usage
 comes from `message_start` and `message_delta` (whose counts are cumulative: the last one
 wins), and the stop reason becomes the request's Finish (`max_tokens` is `length`, `refusal`
 stays `refusal`), which `ctx.llm.parse` turns into output_truncated and refused. Every failure
@@ -13,35 +18,36 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
-from contextvars import ContextVar
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from decimal import Decimal
 from types import TracebackType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import anthropic
 import httpx2
+import orjson
 import structlog
 
 from jobstream.errors import ProviderError
 from jobstream.jobspec import Message, chat
+from jobstream.prices import Price
 from jobstream.settings import Settings
 from jobstream.usage import Usage
 from jobstream.worker.providers import classify
-from jobstream.worker.providers.base import Prompt, ProviderRequest, SendMark, StreamItem, TextDelta
+from jobstream.worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
+from jobstream.worker.providers.sdk_http import LIMITS, TRACE, SendTrace, TracingClient
+from jobstream.worker.providers.sse_bytes import SseDecoder
+
+if TYPE_CHECKING:
+    # At run time the SDK is imported by the first request (`_sdk`), not with this module: the
+    # server builds this provider only to price jobs, and the import costs about a second of
+    # CPU, at every start of every server and worker.
+    import anthropic
 
 log = structlog.get_logger(__name__)
 
-_MILLION: Final = Decimal(1_000_000)
 _DETAIL_LIMIT: Final = 300
-# Prompt caching's prices, as multiples of the model's input price: a 5-minute cache write
-# costs 1.25x, a cache read 0.1x (https://docs.claude.com/en/docs/build-with-claude/prompt-caching
-# #pricing). The input and output prices themselves are settings (JOBSTREAM_ANTHROPIC_*_USD_PER_
-# MTOK, defaults Claude Haiku 4.5's list prices).
-CACHE_WRITE_MULTIPLIER: Final = Decimal("1.25")
-CACHE_READ_MULTIPLIER: Final = Decimal("0.1")
 # Stop reasons in the vocabulary of Finish (worker/providers/base.py); any other is a `stop`.
 _FINISH: Final = {
     "max_tokens": "length",
@@ -63,33 +69,6 @@ def _input_tokens(request: Prompt) -> int:
     return estimate_tokens("".join(message["content"] for message in conversation))
 
 
-class _SendTrace:
-    """httpcore2's `trace` extension says when the request starts going out: the line between
-    "safe to retry" and "the provider may be working on it"."""
-
-    def __init__(self, mark: SendMark) -> None:
-        self.request_sent = False
-        self._mark = mark
-
-    async def __call__(self, event: str, info: dict[str, Any]) -> None:
-        if event.endswith("send_request_headers.started"):
-            self.request_sent = True
-            self._mark.mark()
-
-
-# The trace of the call the running task is making: the SDK builds the HTTP request itself, so
-# its client adds the extension on the way out.
-_TRACE: ContextVar[_SendTrace | None] = ContextVar("anthropic_send_trace", default=None)
-
-
-class _TracingClient(anthropic.DefaultAsyncHttpxClient):
-    async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
-        trace = _TRACE.get()
-        if trace is not None:
-            request.extensions["trace"] = trace
-        return await super().send(request, **kwargs)
-
-
 @dataclass
 class _Counts:
     """The usage a stream reported so far (message_delta's counts are cumulative)."""
@@ -99,14 +78,16 @@ class _Counts:
     cache_write: int = 0
     cache_read: int = 0
 
-    def update(self, usage: Any) -> None:
+    def update(self, usage: object) -> None:
+        if not isinstance(usage, Mapping):
+            return
         for name, field in (
             ("input_tokens", "input"),
             ("output_tokens", "output"),
             ("cache_creation_input_tokens", "cache_write"),
             ("cache_read_input_tokens", "cache_read"),
         ):
-            value = getattr(usage, name, None)
+            value = usage.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 setattr(self, field, value)
 
@@ -123,8 +104,8 @@ class AnthropicProvider:
         self._connect_timeout_s = settings.anthropic_connect_timeout_s
         self._first_token_timeout_s = settings.anthropic_first_token_timeout_s
         self._idle_timeout_s = settings.anthropic_idle_timeout_s
-        self._input_price = Decimal(str(settings.anthropic_input_usd_per_mtok))
-        self._output_price = Decimal(str(settings.anthropic_output_usd_per_mtok))
+        # Cache reads and writes have prices of their own (the catalogue's [anthropic] section).
+        self._prices = settings.prices
         # Made at the first request: the server builds this provider only to price jobs.
         self._client: anthropic.AsyncAnthropic | None = None
 
@@ -132,6 +113,8 @@ class AnthropicProvider:
         return f"AnthropicProvider(url={self._base_url!r}, model={self._model!r})"
 
     def _sdk(self) -> anthropic.AsyncAnthropic:
+        import anthropic
+
         if self._client is None:
             # Reads are timed by us (first token, idle); the SDK times connecting and writing.
             timeout = httpx2.Timeout(
@@ -145,9 +128,22 @@ class AnthropicProvider:
                 base_url=self._base_url,
                 max_retries=0,  # jobstream retries, and records each try
                 timeout=timeout,
-                http_client=_TracingClient(timeout=timeout),
+                # Redirects are not followed: a 3xx is a failure of the configuration, never a
+                # POST sent elsewhere.
+                http_client=TracingClient(
+                    error_read_s=self._idle_timeout_s,
+                    timeout=timeout,
+                    limits=LIMITS,
+                    follow_redirects=False,
+                ),
             )
         return self._client
+
+    def prepare(self) -> None:
+        """The SDK imported and its client made now, not at the first request (a worker's
+        start: registry.prepare_providers). Without a key no call is made, so nothing is."""
+        if self._api_key:
+            self._sdk()
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -165,17 +161,23 @@ class AnthropicProvider:
     ) -> None:
         await self.aclose()
 
+    def price(self, request: Prompt) -> Price:
+        return self._prices.price_of(self.name, request.model or self._model)
+
     def cost(
-        self, input_tokens: int, output_tokens: int, cache_write: int = 0, cache_read: int = 0
+        self,
+        request: Prompt,
+        input_tokens: int,
+        output_tokens: int,
+        cache_write: int = 0,
+        cache_read: int = 0,
     ) -> Decimal:
         """The price of a call: `input_tokens` uncached, the cache's tokens priced apart."""
-        input_usd = self._input_price * (
-            input_tokens + cache_write * CACHE_WRITE_MULTIPLIER + cache_read * CACHE_READ_MULTIPLIER
-        )
-        return (input_usd + output_tokens * self._output_price) / _MILLION
+        price = self.price(request)
+        return price.cost(input_tokens, output_tokens, cache_read, cache_write)
 
     def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
-        return self.cost(_input_tokens(request), output_tokens)
+        return self.cost(request, _input_tokens(request), output_tokens)
 
     def _params(self, request: ProviderRequest) -> dict[str, Any]:
         system, messages = _split_system(request.chat())
@@ -203,84 +205,95 @@ class AnthropicProvider:
                     request_sent=False,
                 )
             )
-        trace = _SendTrace(request.send_mark)
+        import anthropic  # at the first request: see TYPE_CHECKING above
+
+        trace = SendTrace(request.send_mark)
         params = self._params(request)
         log.debug("anthropic.request", model=params["model"], attempt=request.attempt)
         loop = asyncio.get_running_loop()
         # Absolute: neither response headers nor message_start extend it.
         first_token_deadline = loop.time() + self._first_token_timeout_s
-        token = _TRACE.set(trace)
-        try:
-            async with asyncio.timeout_at(first_token_deadline):
-                events = await self._sdk().messages.create(**params, stream=True)
-        except TimeoutError:
-            raise self._failed(
-                classify.from_stream_fault("first_token_timeout", request_sent=trace.request_sent)
-            ) from None
-        except anthropic.APIStatusError as exc:
-            raise self._failed(self._status_error(exc, in_stream=False)) from None
-        except anthropic.APIConnectionError as exc:
-            raise self._failed(_connection_error(exc, trace.request_sent)) from exc
-        finally:
-            _TRACE.reset(token)
-        # From here on the stream is ours to close, however the consumer leaves.
-        try:
+        # The response is ours to close from the moment it exists, however the consumer leaves:
+        # exhausted, failed, cancelled, or `aclose()` of this generator.
+        async with AsyncExitStack() as owned:
+            token = TRACE.set(trace)
+            try:
+                async with asyncio.timeout_at(first_token_deadline):
+                    response = await owned.enter_async_context(
+                        self._sdk().messages.with_streaming_response.create(**params, stream=True)
+                    )
+            except TimeoutError:
+                raise self._failed(
+                    classify.from_stream_fault(
+                        "first_token_timeout", request_sent=trace.request_sent
+                    )
+                ) from None
+            except anthropic.APIStatusError as exc:
+                raise self._failed(self._status_error(exc)) from None
+            except anthropic.APIConnectionError as exc:
+                raise self._failed(_connection_error(exc, trace.request_sent)) from exc
+            finally:
+                TRACE.reset(token)
             # aclosing: leaving early must close the inner generator now, not at GC time.
-            async with aclosing(self._items(events, request, first_token_deadline)) as items:
+            body = response.http_response
+            async with aclosing(self._items(body, request, first_token_deadline)) as items:
                 async for item in items:
                     yield item
-        finally:
-            await events.close()
 
     async def _items(
-        self,
-        events: anthropic.AsyncStream[Any],
-        request: ProviderRequest,
-        first_token_deadline: float,
+        self, response: httpx2.Response, request: ProviderRequest, first_token_deadline: float
     ) -> AsyncGenerator[StreamItem, None]:
         loop = asyncio.get_running_loop()
-        iterator = events.__aiter__()
+        pieces = response.aiter_bytes()
+        decoder = SseDecoder()
         counts = _Counts()
         text_parts: list[str] = []
-        stopped = False
-        got_text = False
-        while True:
-            deadline = loop.time() + self._idle_timeout_s if got_text else first_token_deadline
-            try:
-                async with asyncio.timeout_at(deadline):
-                    event = await anext(iterator)
-            except StopAsyncIteration:
-                break
-            except TimeoutError:
-                fault: classify.StreamFault = "idle_timeout" if got_text else "first_token_timeout"
-                raise self._failed(classify.from_stream_fault(fault)) from None
-            except anthropic.APIStatusError as exc:
-                # An `error` event: the SDK raises it with the stream's own status, 200.
-                raise self._failed(self._status_error(exc, in_stream=True)) from None
-            except (httpx2.TransportError, anthropic.APIConnectionError) as exc:
-                raise self._failed(_connection_error(exc, request_sent=True)) from exc
-            except ValueError as exc:  # an event whose data is not JSON
-                raise self._failed(
-                    classify.from_stream_fault("malformed_chunk", detail=str(exc))
-                ) from None
-            kind = getattr(event, "type", None)
-            if kind == "message_start":
-                counts.update(event.message.usage)
-            elif kind == "content_block_delta":
-                delta = event.delta
-                if getattr(delta, "type", None) == "text_delta" and delta.text:
-                    got_text = True
-                    text_parts.append(delta.text)
-                    yield TextDelta(delta.text)
-            elif kind == "message_delta":
-                if event.usage is not None:
-                    counts.update(event.usage)
-                reason = event.delta.stop_reason
-                if reason is not None:
-                    request.finish.reason = _FINISH.get(reason, "stop")
-            elif kind == "message_stop":
-                stopped = True
-                break
+        stopped = ended = got_text = False
+        try:
+            while not (stopped or ended):
+                deadline = loop.time() + self._idle_timeout_s if got_text else first_token_deadline
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        piece: bytes | None = await anext(pieces)
+                except StopAsyncIteration:
+                    piece = None
+                except TimeoutError:
+                    fault: classify.StreamFault = (
+                        "idle_timeout" if got_text else "first_token_timeout"
+                    )
+                    raise self._failed(classify.from_stream_fault(fault)) from None
+                except httpx2.TransportError as exc:
+                    raise self._failed(_connection_error(exc, request_sent=True)) from exc
+                ended = piece is None
+                for data in decoder.finish() if piece is None else decoder.feed(piece):
+                    event = self._event(data)
+                    kind = event.get("type")
+                    if kind == "content_block_delta":
+                        delta = event.get("delta")
+                        if isinstance(delta, dict) and delta.get("type") == "text_delta":
+                            text = delta.get("text")
+                            if isinstance(text, str) and text:
+                                got_text = True
+                                text_parts.append(text)
+                                yield TextDelta(text)
+                    elif kind == "message_start":
+                        message = event.get("message")
+                        if isinstance(message, dict):
+                            counts.update(message.get("usage"))
+                    elif kind == "message_delta":
+                        counts.update(event.get("usage"))
+                        delta = event.get("delta")
+                        reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+                        if isinstance(reason, str):
+                            request.finish.reason = _FINISH.get(reason, "stop")
+                    elif kind == "message_stop":
+                        stopped = True
+                        break
+                    elif kind == "error":
+                        raise self._failed(self._stream_error(event))
+                    # ping, content_block_start/stop, and types to come carry nothing for us.
+        finally:
+            await pieces.aclose()
         if not stopped:
             # The body ended without message_stop: we cannot tell what was produced.
             raise self._failed(classify.from_stream_fault("ended_early"))
@@ -290,21 +303,50 @@ class AnthropicProvider:
         yield Usage(
             counts.input + counts.cache_write + counts.cache_read,
             counts.output,
-            self.cost(counts.input, counts.output, counts.cache_write, counts.cache_read),
+            self.cost(request, counts.input, counts.output, counts.cache_write, counts.cache_read),
             True,
             cache_read_tokens=counts.cache_read,
             cache_write_tokens=counts.cache_write,
         )
 
-    def _status_error(self, exc: anthropic.APIStatusError, *, in_stream: bool) -> ProviderError:
+    def _event(self, data: bytes) -> dict[str, Any]:
+        """One event's data: a JSON object, or the stream is malformed."""
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise self._failed(
+                classify.from_stream_fault("malformed_chunk", detail=str(exc))
+            ) from None
+        if not isinstance(event, dict):
+            raise self._failed(
+                classify.from_stream_fault("malformed_chunk", detail="an event that is no object")
+            )
+        return event
+
+    def _stream_error(self, event: Mapping[str, Any]) -> ProviderError:
+        """An `error` event after the 200: its error's type says what failed."""
+        error = event.get("error")
+        body: Mapping[str, Any] = error if isinstance(error, Mapping) else {}
+        error_type = body.get("type")
+        message = body.get("message")
+        detail = message if isinstance(message, str) else ""
+        return classify.from_error_type(
+            200,
+            error_type if isinstance(error_type, str) else None,
+            {},
+            detail=self._redact(" ".join(detail.split()))[:_DETAIL_LIMIT],
+            in_stream=True,
+        )
+
+    def _status_error(self, exc: anthropic.APIStatusError) -> ProviderError:
+        """An error status: the SDK read the (bounded) body for its type and message."""
         detail = exc.api_message if isinstance(exc.api_message, str) else ""
         error_type = exc.type if isinstance(exc.type, str) else None
         return classify.from_error_type(
             exc.status_code,
             error_type,
             exc.response.headers,
-            detail=" ".join(detail.split())[:_DETAIL_LIMIT],
-            in_stream=in_stream,
+            detail=self._redact(" ".join(detail.split()))[:_DETAIL_LIMIT],
         )
 
     def _redact(self, text: str) -> str:
@@ -334,7 +376,7 @@ class AnthropicProvider:
 
 def _connection_error(exc: Exception, request_sent: bool) -> ProviderError:
     """A connection that failed: safe to retry only if nothing of the request left us."""
-    cause = exc.__cause__ if isinstance(exc, anthropic.APIConnectionError) else exc
+    cause = exc if isinstance(exc, httpx2.TransportError) else exc.__cause__
     sent = request_sent or not isinstance(cause, _BEFORE_SEND)
     described = cause if cause is not None else exc
     return classify.from_connection(

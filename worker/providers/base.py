@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from jobstream.jobspec import Message, chat
+from jobstream.prices import Price
 from jobstream.usage import Usage
 
 
@@ -30,8 +31,9 @@ class SendMark:
 
 
 class Prompt(Protocol):
-    """What a price estimate reads of a request: the ProviderRequest of an attempt, or the
-    JobSpec of a create (no ProviderRequest built for each item of a batch of 1,000)."""
+    """What a price estimate reads of a request (its model and its text): the ProviderRequest of
+    an attempt, or the JobSpec of a create (no ProviderRequest built for each item of a batch of
+    1,000)."""
 
     @property
     def prompt(self) -> str: ...
@@ -39,6 +41,8 @@ class Prompt(Protocol):
     def messages(self) -> list[Message] | None: ...
     @property
     def instructions(self) -> str | None: ...
+    @property
+    def model(self) -> str | None: ...
 
 
 class Finish:
@@ -89,6 +93,11 @@ class Provider(Protocol):
 
         Cancelling the consumer (or `aclose()`) must close the underlying request.
         """
+        ...
+
+    def price(self, request: Prompt) -> Price:
+        """The catalogue's price of a call for `request` (its model, or the provider's default
+        model when it names none), and how it was found (jobstream/prices.py)."""
         ...
 
     def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:

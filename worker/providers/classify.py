@@ -1,12 +1,17 @@
-"""Provider failures sorted into the four kinds the attempt runner acts on (docs/design.md).
+"""Provider failures sorted into the kinds the attempt runner acts on (docs/design.md).
 
-Every way an HTTP provider call can fail ends in one of these functions, so the retry policy is
-reviewed here and nowhere else:
+Every way a provider call can fail, for every HTTP provider, is one row of `RULES`: where it
+failed (an error answer, an error inside a 200 stream, or the connection), what it carried (a
+status, an error type or code), and what follows (the kind, whether every worker pauses the
+provider, whether Retry-After is read, whether the provider refused before any work). The first
+row that matches wins. The entry points the providers call read the table and nothing else
+decides a kind:
 
 - an HTTP status answer (`from_status`): the server saw the request and refused it;
-- a transport error (`from_transport`): safe to retry only if the request never left us;
+- a transport error (`from_transport`, `from_connection`): safe to retry only if the request
+  never left us;
 - a fault of the stream itself (`from_stream_fault`): timeouts, malformed or truncated streams;
-- an error object sent inside a 200 stream (`from_error_object`), as vLLM and others do;
+- an error object sent inside a 200 stream (`from_error_object`), as OpenAI and vLLM do;
 - an Anthropic error (`from_error_type`), by the body's `error.type` as well as its status:
   an answer with an error status, or an `error` event inside a 200 stream.
 
@@ -18,21 +23,152 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from fnmatch import fnmatchcase
 from typing import Any, Final, Literal
 
 import httpx
+import httpx2
 
 from jobstream.errors import ProviderError
 from jobstream.types import ErrorKind
 
-# 4xx answers a later try can succeed with: request timeout, conflict, too early.
-_TRANSIENT_4XX: Final = frozenset({408, 409, 425})
+Where = Literal["answer", "stream", "transport"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of RULES: what a failure must match ("*" matches anything), and what follows."""
+
+    # answer: an error status. stream: an error inside a 200 stream. transport: no answer at
+    # all (a connection that failed, a timeout, a stream that broke or went quiet).
+    where: Where
+    provider: str  # "openai" (and every OpenAI-compatible server), "anthropic"
+    status: str  # "429", "408 409 425", "5xx": the answer's status, or an in-stream error's code
+    # A glob over the error's type or code: Anthropic's `error.type`, OpenAI's in-stream
+    # `error.type` and `error.code`, a transport exception's class name.
+    error_type: str
+    kind: ErrorKind
+    pause_provider: bool  # every worker backs off the provider, as after a 429
+    retry_after: bool  # the answer's Retry-After / retry-after-ms is passed on
+    refused: bool  # an error status: the provider produced, and bills, nothing
+    sent: str = "*"  # transport: "yes" when any of the request had left us, "no" when none had
+
+    @property
+    def id(self) -> str:
+        return " ".join((self.where, self.provider, self.status, self.error_type, self.sent))
+
+    def matches(
+        self, where: Where, provider: str, status: int | None, types: tuple[str, ...], sent: str
+    ) -> bool:
+        return (
+            self.where == where
+            and self.provider in ("*", provider)
+            and (self.status == "*" or _status_matches(self.status, status))
+            and (self.error_type == "*" or any(fnmatchcase(t, self.error_type) for t in types))
+            and self.sent in ("*", sent)
+        )
+
+
+def _status_matches(pattern: str, status: int | None) -> bool:
+    if status is None:
+        return False
+    return any(
+        status // 100 == int(word[0]) if word.endswith("xx") else status == int(word)
+        for word in pattern.split()
+    )
+
+
+_Y, _N = True, False  # the three columns on the right: pause_provider, retry_after, refused
+# The first row a failure matches decides. Anthropic's types are from
+# https://docs.claude.com/en/api/errors; its SDK raises an in-stream `error` event with the
+# stream's own status, 200, so there only the type can tell.
+RULES: Final[tuple[Rule, ...]] = (
+    # An error status: the request reached the provider, which produced nothing (refused). Its
+    # Retry-After is passed on whatever the kind (a 503 may carry one too).
+    #    where     provider     status         error type or code       kind            (_Y/_N)
+    # Anthropic's 529 is an overload whatever its body says (or when the body lost its type).
+    Rule("answer", "anthropic", "529",         "*",                     "transient",    _Y, _Y, _Y),
+    Rule("answer", "anthropic", "*",           "overloaded_error",      "transient",    _Y, _Y, _Y),
+    Rule("answer", "anthropic", "*",           "rate_limit_error",      "rate_limited", _N, _Y, _Y),
+    Rule("answer", "anthropic", "*",           "api_error",             "transient",    _N, _Y, _Y),
+    Rule("answer", "anthropic", "*",           "timeout_error",         "transient",    _N, _Y, _Y),
+    Rule("answer", "anthropic", "*",           "invalid_request_error", "permanent",    _N, _Y, _Y),
+    Rule("answer", "anthropic", "*",           "authentication_error",  "permanent",    _N, _Y, _Y),
+    Rule("answer", "anthropic", "*",           "billing_error",         "permanent",    _N, _Y, _Y),
+    Rule("answer", "anthropic", "*",           "permission_error",      "permanent",    _N, _Y, _Y),
+    Rule("answer", "anthropic", "*",           "not_found_error",       "permanent",    _N, _Y, _Y),
+    Rule("answer", "anthropic", "*",           "request_too_large",     "permanent",    _N, _Y, _Y),
+    # Any provider, and Anthropic's types the list above does not name, by the status alone.
+    Rule("answer", "*",         "429",         "*",                     "rate_limited", _N, _Y, _Y),
+    # 4xx answers a later try can succeed with: request timeout, conflict, too early.
+    Rule("answer", "*",         "408 409 425", "*",                     "transient",    _N, _Y, _Y),
+    Rule("answer", "*",         "5xx",         "*",                     "transient",    _N, _Y, _Y),
+    # Validation, auth, not found, redirects we do not follow: a retry fails the same way.
+    Rule("answer", "*",         "*",           "*",                     "permanent",    _N, _Y, _Y),
+    # An error inside a 200 stream: the server said it failed, so the outcome is known (not
+    # unknown); the work had begun and may be billed (not refused); the stream's headers say
+    # nothing about the error inside it (no Retry-After).
+    Rule("stream", "anthropic", "*",           "overloaded_error",      "transient",    _Y, _N, _N),
+    Rule("stream", "anthropic", "*",           "rate_limit_error",      "rate_limited", _N, _N, _N),
+    Rule("stream", "anthropic", "*",           "api_error",             "transient",    _N, _N, _N),
+    Rule("stream", "anthropic", "*",           "timeout_error",         "transient",    _N, _N, _N),
+    Rule("stream", "anthropic", "*",           "invalid_request_error", "permanent",    _N, _N, _N),
+    Rule("stream", "anthropic", "*",           "authentication_error",  "permanent",    _N, _N, _N),
+    Rule("stream", "anthropic", "*",           "billing_error",         "permanent",    _N, _N, _N),
+    Rule("stream", "anthropic", "*",           "permission_error",      "permanent",    _N, _N, _N),
+    Rule("stream", "anthropic", "*",           "not_found_error",       "permanent",    _N, _N, _N),
+    Rule("stream", "anthropic", "*",           "request_too_large",     "permanent",    _N, _N, _N),
+    Rule("stream", "anthropic", "*",           "*",                     "transient",    _N, _N, _N),
+    # OpenAI and vLLM: an HTTP-like `code` decides as a status would, else a rate-limit type or
+    # code (`rate_limit_exceeded`), else transient.
+    Rule("stream", "openai",    "429",         "*",                     "rate_limited", _N, _N, _N),
+    Rule("stream", "openai",    "408 409 425", "*",                     "transient",    _N, _N, _N),
+    Rule("stream", "openai",    "5xx",         "*",                     "transient",    _N, _N, _N),
+    Rule("stream", "openai",    "4xx",         "*",                     "permanent",    _N, _N, _N),
+    Rule("stream", "openai",    "*",           "*rate_limit*",          "rate_limited", _N, _N, _N),
+    Rule("stream", "openai",    "*",           "*",                     "transient",    _N, _N, _N),
+    # No answer. A base URL without http(s):// is configuration, not weather; otherwise safe
+    # to retry only if nothing of the request left us, else the provider may be working (and
+    # billing): unknown.
+    Rule("transport", "*", "*", "UnsupportedProtocol", "permanent", _N, _N, _N),
+    Rule("transport", "*", "*", "*",                   "transient", _N, _N, _N, sent="no"),
+    Rule("transport", "*", "*", "*",                   "unknown",   _N, _N, _N, sent="yes"),
+)  # fmt: skip
+
+
+def rule_for(
+    where: Where,
+    provider: str = "*",
+    *,
+    status: int | None = None,
+    types: tuple[str, ...] = (),
+    sent: bool | None = None,
+) -> Rule:
+    """The first row of RULES the failure matches (every `where` ends with rows that match
+    whatever the failure carried)."""
+    said = "*" if sent is None else "yes" if sent else "no"
+    for rule in RULES:
+        if rule.matches(where, provider, status, types, said):
+            return rule
+    raise LookupError(f"no classification rule for {where} {provider} {status} {types} {sent}")
+
 
 # Transport errors raised before any byte of the request is written: connection refused, DNS,
-# connect timeout, no free pooled connection.
-_BEFORE_SEND: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# connect timeout, no free pooled connection, a URL we cannot send to (httpx's, and the SDKs'
+# httpx2).
+_BEFORE_SEND: Final = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.UnsupportedProtocol,
+    httpx2.ConnectError,
+    httpx2.ConnectTimeout,
+    httpx2.PoolTimeout,
+    httpx2.UnsupportedProtocol,
+)
 
 StreamFault = Literal["first_token_timeout", "idle_timeout", "malformed_chunk", "ended_early"]
 
@@ -44,22 +180,13 @@ _FAULT_TEXT: Final[dict[StreamFault, str]] = {
 }
 
 
-def kind_for_status(status_code: int) -> ErrorKind:
-    """The kind of an HTTP error status (anything that is not a 2xx)."""
-    if status_code == 429:
-        return "rate_limited"
-    if status_code in _TRANSIENT_4XX or status_code >= 500:
-        return "transient"
-    # Validation, auth, not found, and redirects we do not follow: a retry would fail the same way.
-    return "permanent"
-
-
 def parse_retry_after(
-    headers: httpx.Headers | Mapping[str, str], *, now: datetime | None = None
+    headers: httpx.Headers | httpx2.Headers | Mapping[str, str], *, now: datetime | None = None
 ) -> float | None:
     """Seconds to wait, from `retry-after-ms` (OpenAI's precise form) or `Retry-After`
     (delta-seconds or an HTTP date). None when absent or unreadable; never negative."""
-    lookup = headers if isinstance(headers, httpx.Headers) else httpx.Headers(headers)
+    known = isinstance(headers, httpx.Headers | httpx2.Headers)
+    lookup = headers if known else httpx.Headers(headers)
     millis = _finite_float(lookup.get("retry-after-ms"))
     if millis is not None:
         return max(0.0, millis / 1000)
@@ -81,46 +208,32 @@ def parse_retry_after(
 
 def from_status(
     status_code: int,
-    headers: httpx.Headers | Mapping[str, str],
+    headers: httpx.Headers | httpx2.Headers | Mapping[str, str],
     *,
     detail: str = "",
     now: datetime | None = None,
 ) -> ProviderError:
-    """An error answer. The request reached the provider (request_sent=True), but an error
-    status means it produced (and bills) nothing (refused=True); the kind says whether a retry
-    can help."""
+    """An error answer of an OpenAI-compatible server, by its status."""
     message = f"provider answered HTTP {status_code}"
     if detail:
         message = f"{message}: {detail}"
-    return ProviderError(
-        kind_for_status(status_code),
-        message,
-        # A 503 may carry Retry-After too: pass it on whatever the kind.
-        retry_after_s=parse_retry_after(headers, now=now),
-        status_code=status_code,
-        request_sent=True,
-        refused=True,
-    )
+    rule = rule_for("answer", "openai", status=status_code)
+    return _error(rule, message, headers, now, status_code=status_code, request_sent=True)
 
 
-def from_transport(exc: httpx.TransportError, *, request_sent: bool | None = None) -> ProviderError:
+def from_transport(
+    exc: httpx.TransportError | httpx2.TransportError, *, request_sent: bool | None = None
+) -> ProviderError:
     """A transport failure. `request_sent` comes from the connection trace when known; without
     it the exception type decides (connect-phase errors happen before anything is sent)."""
-    if isinstance(exc, httpx.UnsupportedProtocol):
-        # A base URL without http(s)://: configuration, not weather.
-        return ProviderError("permanent", f"bad provider URL: {exc}", request_sent=False)
     sent = not isinstance(exc, _BEFORE_SEND) if request_sent is None else request_sent
     description = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    if not sent:
-        return ProviderError("transient", f"request not sent: {description}", request_sent=False)
-    return ProviderError("unknown", f"no complete answer after the request was sent: {description}")
+    return _connection(description, sent, types=(type(exc).__name__,))
 
 
 def from_connection(description: str, *, request_sent: bool) -> ProviderError:
     """A connection that failed without an answer, described; `request_sent` as known."""
-    if not request_sent:
-        return ProviderError("transient", f"request not sent: {description}", request_sent=False)
-    return ProviderError("unknown", f"no complete answer after the request was sent: {description}")
+    return _connection(description, request_sent)
 
 
 def from_stream_fault(
@@ -131,76 +244,79 @@ def from_stream_fault(
     message = _FAULT_TEXT[fault]
     if detail:
         message = f"{message}: {detail}"
+    rule = rule_for("transport", sent=request_sent)
     if not request_sent:
-        return ProviderError("transient", f"request not sent: {message}", request_sent=False)
-    return ProviderError("unknown", message)
+        message = f"request not sent: {message}"
+    return _error(rule, message, {}, None, request_sent=request_sent)
 
 
 def from_error_object(payload: Mapping[str, Any]) -> ProviderError:
-    """An error the server reported inside a 200 stream, either `{"error": {...}}` (OpenAI,
-    current vLLM) or a top-level `{"object": "error", ...}` (older vLLM). The server said it
-    failed, so the outcome is known: an HTTP-like `code` decides the kind, else transient."""
+    """An error an OpenAI-compatible server reported inside a 200 stream, either
+    `{"error": {...}}` (OpenAI, current vLLM) or a top-level `{"object": "error", ...}` (older
+    vLLM)."""
     inner = payload.get("error")
     body: Mapping[str, Any] = inner if isinstance(inner, Mapping) else payload
     message = body.get("message")
     text = message if isinstance(message, str) and message else "error inside the stream"
     code = body.get("code")
     status = code if isinstance(code, int) and not isinstance(code, bool) else None
-    if status is not None and 400 <= status <= 599:
-        kind = kind_for_status(status)
-    elif "rate_limit" in f"{code} {body.get('type')}":
-        kind = "rate_limited"
-    else:
-        kind = "transient"
-    return ProviderError(kind, f"provider reported an error mid-stream: {text}", status_code=status)
-
-
-# Anthropic's documented error types (https://docs.claude.com/en/api/errors) and their kinds.
-# A status alone is not enough: an in-stream `error` event arrives on a 200, and the SDK raises it
-# as a bare APIStatusError with status 200; only the body's type says what failed.
-_ANTHROPIC_KINDS: Final[dict[str, ErrorKind]] = {
-    "invalid_request_error": "permanent",  # 400 (and other 4xx the list does not name)
-    "authentication_error": "permanent",  # 401
-    "billing_error": "permanent",  # 402
-    "permission_error": "permanent",  # 403
-    "not_found_error": "permanent",  # 404
-    "request_too_large": "permanent",  # 413
-    "rate_limit_error": "rate_limited",  # 429
-    "api_error": "transient",  # 500
-    "timeout_error": "transient",  # 504
-    "overloaded_error": "transient",  # 529, and in a stream during high load
-}
+    in_range = status if status is not None and 400 <= status <= 599 else None
+    types = tuple(str(value) for value in (body.get("type"), code) if value is not None)
+    rule = rule_for("stream", "openai", status=in_range, types=types)
+    return _error(
+        rule, f"provider reported an error mid-stream: {text}", {}, None, status_code=status
+    )
 
 
 def from_error_type(
     status_code: int,
     error_type: str | None,
-    headers: httpx.Headers | Mapping[str, str],
+    headers: httpx.Headers | httpx2.Headers | Mapping[str, str],
     *,
     detail: str = "",
     in_stream: bool = False,
     now: datetime | None = None,
 ) -> ProviderError:
     """An Anthropic error: an answer with an error status, or (`in_stream`) an `error` event
-    after a 200. The type decides where it is known, else the status. An overload is transient
-    and pauses the provider for every worker, as a 429 does. An error status billed nothing
-    (refused); an error inside a stream came after the work began, so it may have."""
-    kind = _ANTHROPIC_KINDS.get(error_type or "")
-    if kind is None:
-        kind = "transient" if in_stream else kind_for_status(status_code)
-    where = "mid-stream" if in_stream else f"HTTP {status_code}"
-    message = f"provider answered {where}: {error_type or 'error'}"
+    after a 200. The type decides where it is known, else the status."""
+    where: Where = "stream" if in_stream else "answer"
+    types = (error_type,) if error_type else ()
+    rule = rule_for(where, "anthropic", status=None if in_stream else status_code, types=types)
+    said = "mid-stream" if in_stream else f"HTTP {status_code}"
+    message = f"provider answered {said}: {error_type or 'error'}"
     if detail:
         message = f"{message}: {detail}"
+    return _error(rule, message, headers, now, status_code=None if in_stream else status_code)
+
+
+def _connection(description: str, sent: bool, *, types: tuple[str, ...] = ()) -> ProviderError:
+    rule = rule_for("transport", types=types, sent=sent)
+    if rule.kind == "permanent":
+        message = f"bad provider URL: {description}"
+    elif sent:
+        message = f"no complete answer after the request was sent: {description}"
+    else:
+        message = f"request not sent: {description}"
+    return _error(rule, message, {}, None, request_sent=sent)
+
+
+def _error(
+    rule: Rule,
+    message: str,
+    headers: httpx.Headers | httpx2.Headers | Mapping[str, str],
+    now: datetime | None,
+    *,
+    status_code: int | None = None,
+    request_sent: bool = True,
+) -> ProviderError:
     return ProviderError(
-        kind,
+        rule.kind,
         message,
-        # A 200 stream's headers say nothing about the error inside it.
-        retry_after_s=None if in_stream else parse_retry_after(headers, now=now),
-        status_code=None if in_stream else status_code,
-        request_sent=True,
-        refused=not in_stream,
-        pause_provider=error_type == "overloaded_error" or status_code == 529,
+        retry_after_s=parse_retry_after(headers, now=now) if rule.retry_after else None,
+        status_code=status_code,
+        request_sent=request_sent,
+        refused=rule.refused,
+        pause_provider=rule.pause_provider,
     )
 
 

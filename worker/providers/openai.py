@@ -1,38 +1,61 @@
-"""The OpenAI-compatible provider: one streamed `/chat/completions` call per attempt.
+"""The OpenAI-compatible provider: one streamed `/chat/completions` call per attempt, made by
+the official SDK.
 
 Works against OpenAI, vLLM, Ollama, llama.cpp and anything else that speaks the chat
-completions stream (`stream: true`, `stream_options.include_usage`). Every failure leaves as a
-ProviderError from `classify`; the API key never appears in a log line or an error message.
+completions stream (`stream: true`, `stream_options.include_usage`). The SDK builds and sends
+the request (auth, headers, the body) with its own retries off (`max_retries=0`: jobstream
+retries, and records every try as an attempt), and raises an error status as its
+APIStatusError. The stream's body is read here, as raw SSE bytes parsed with orjson, not as the
+SDK's typed ChatCompletionChunk models: at 300 concurrent streams those cost 3.7 times the CPU a
+token, where this path costs what the hand-written httpx client it replaced did
+(docs/architecture.md, "The providers on their SDKs"; bench/openai_sdk_paths.py).
+tests/integration/test_openai_provider.py holds the fake's stream to what the SDK's own typed
+parser accepts.
+
+Every failure leaves as a ProviderError from `classify`; the API key never appears in a log line
+or an error message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, Iterable
+from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from decimal import Decimal
 from types import TracebackType
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
-import httpx
+import httpx2
 import orjson
 import structlog
 
 from jobstream.errors import ProviderError
 from jobstream.jobspec import chat
+from jobstream.prices import Price
 from jobstream.settings import Settings
 from jobstream.usage import Usage
 from jobstream.worker.providers import classify
-from jobstream.worker.providers.base import Prompt, ProviderRequest, SendMark, StreamItem, TextDelta
+from jobstream.worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
+from jobstream.worker.providers.sdk_http import LIMITS, TRACE, SendTrace, TracingClient
+from jobstream.worker.providers.sse_bytes import SseDecoder
+
+if TYPE_CHECKING:
+    # At run time the SDK is imported by the first request (`_sdk`), not with this module: the
+    # server builds this provider only to price jobs, and the import costs 0.4 to 0.8 s of CPU
+    # here, at every start of every server and worker.
+    import openai
+    from openai.types.chat import ChatCompletionMessageParam
+    from openai.types.shared_params import ResponseFormatJSONSchema
 
 log = structlog.get_logger(__name__)
 
-_MILLION: Final = Decimal(1_000_000)
-# An error body is read only for its message; a misbehaving server must not make us buffer more.
-_ERROR_BODY_LIMIT: Final = 4096
+# An error body's message is cut to this for the attempt's row.
 _DETAIL_LIMIT: Final = 300
+# The SDK will not be made without a key; a server that needs none (Ollama, llama.cpp) is sent
+# no Authorization header at all (see `_headers`), so this never leaves the process.
+_NO_KEY: Final = "unused"
 
 
 def estimate_tokens(text: str) -> int:
@@ -46,81 +69,64 @@ def _input_tokens(request: Prompt) -> int:
     return estimate_tokens("".join(message["content"] for message in conversation))
 
 
-class _SendTrace:
-    """httpcore's `trace` extension tells us when the request starts going out: the line
-    between "safe to retry" and "the provider may be working on it"."""
-
-    def __init__(self, mark: SendMark) -> None:
-        self.request_sent = False
-        self._mark = mark
-
-    async def __call__(self, event: str, info: dict[str, Any]) -> None:
-        if event.endswith("send_request_headers.started"):
-            self.request_sent = True
-            self._mark.mark()
-
-
-class _SseDecoder:
-    """The `data:` payloads of a server-sent event stream, one per event (lines joined)."""
-
-    def __init__(self) -> None:
-        self._data: list[str] = []
-
-    def feed(self, line: str) -> str | None:
-        if not line:
-            return self.flush()
-        if line.startswith(":"):
-            return None  # comment: a keep-alive
-        field, _, value = line.partition(":")
-        if field == "data":
-            self._data.append(value.removeprefix(" "))
-        return None  # event:, id:, retry: mean nothing to a chat completion
-
-    def flush(self) -> str | None:
-        if not self._data:
-            return None
-        data = "\n".join(self._data)
-        self._data.clear()
-        return data
-
-
 class OpenAIProvider:
-    """`stream()` one chat completion; `aclose()` the HTTP client if the provider made it."""
+    """`stream()` one chat completion; `aclose()` the SDK's client if it was made."""
 
     name = "openai"
 
-    def __init__(self, settings: Settings, *, client: httpx.AsyncClient | None = None) -> None:
-        self._url = settings.openai_base_url.rstrip("/") + "/chat/completions"
+    def __init__(self, settings: Settings) -> None:
+        self._base_url = settings.openai_base_url.rstrip("/")
+        self._url = self._base_url + "/chat/completions"
         self._api_key = settings.openai_api_key
         self._model = settings.openai_model
+        self._connect_timeout_s = settings.openai_connect_timeout_s
         self._first_token_timeout_s = settings.openai_first_token_timeout_s
         self._idle_timeout_s = settings.openai_idle_timeout_s
-        # Reads are timed by us (first token, idle); httpx times connecting and writing.
-        self._timeout = httpx.Timeout(
-            connect=settings.openai_connect_timeout_s,
-            read=None,
-            write=settings.openai_idle_timeout_s,
-            pool=settings.openai_connect_timeout_s,
-        )
-        self._input_price = Decimal(str(settings.openai_input_usd_per_mtok))
-        self._output_price = Decimal(str(settings.openai_output_usd_per_mtok))
-        self._owns_client = client is None
+        self._prices = settings.prices
         # Made at the first request, not here: the server builds this provider to price jobs
-        # and never sends one, and an httpx client costs 50-90 ms of CPU to make (its TLS
+        # and never sends one, and an HTTP client costs 50-90 ms of CPU to make (its TLS
         # context loads the system's certificates), at every server start.
-        self._client = client
+        self._client: openai.AsyncOpenAI | None = None
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(url={self._url!r}, model={self._model!r})"
 
-    def _http(self) -> httpx.AsyncClient:
+    def _sdk(self) -> openai.AsyncOpenAI:
+        import openai
+
         if self._client is None:
-            self._client = httpx.AsyncClient()
+            # Reads are timed by us (first token, idle); the SDK times connecting and writing.
+            timeout = httpx2.Timeout(
+                connect=self._connect_timeout_s,
+                read=None,
+                write=self._idle_timeout_s,
+                pool=self._connect_timeout_s,
+            )
+            self._client = openai.AsyncOpenAI(
+                api_key=self._api_key or _NO_KEY,
+                base_url=self._base_url,
+                max_retries=0,  # jobstream retries, and records each try
+                timeout=timeout,
+                # Redirects are not followed (the SDK's client would): a 3xx is a permanent
+                # failure of the configuration, never a POST sent elsewhere.
+                http_client=TracingClient(
+                    error_read_s=self._idle_timeout_s,
+                    timeout=timeout,
+                    limits=LIMITS,
+                    follow_redirects=False,
+                ),
+            )
         return self._client
 
+    def prepare(self) -> None:
+        """The SDK imported and its client made now, not at the first request (a worker's
+        start: registry.prepare_providers)."""
+        self._sdk()
+
     async def aclose(self) -> None:
-        if self._owns_client and self._client is not None:
-            await self._client.aclose()
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
     async def __aenter__(self) -> OpenAIProvider:
         return self
@@ -133,95 +139,103 @@ class OpenAIProvider:
     ) -> None:
         await self.aclose()
 
-    def cost(self, input_tokens: int, output_tokens: int) -> Decimal:
-        return (input_tokens * self._input_price + output_tokens * self._output_price) / _MILLION
+    def price(self, request: Prompt) -> Price:
+        return self._prices.price_of(self.name, request.model or self._model)
+
+    def cost(
+        self, request: Prompt, input_tokens: int, output_tokens: int, cached_tokens: int = 0
+    ) -> Decimal:
+        """The price of a call. `input_tokens` is OpenAI's prompt_tokens, which counts the
+        cached ones too: those are priced at the model's cached-input price."""
+        return self.price(request).cost(
+            input_tokens - cached_tokens, output_tokens, cache_read_tokens=cached_tokens
+        )
 
     def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
-        return self.cost(_input_tokens(request), output_tokens)
+        return self.cost(request, _input_tokens(request), output_tokens)
 
     async def stream(self, request: ProviderRequest) -> AsyncGenerator[StreamItem, None]:
+        import openai  # at the first request: see TYPE_CHECKING above
+
         model = request.model or self._model
-        trace = _SendTrace(request.send_mark)
-        http_request = self._http().build_request(
-            "POST",
-            self._url,
-            content=orjson.dumps(
-                {
-                    **request.sampling,
-                    "model": model,
-                    "messages": request.chat(),
-                    "max_tokens": request.max_tokens,
-                    "stream": True,
-                    "stream_options": {"include_usage": True},
-                    **_response_format(request),
-                }
-            ),
-            headers=self._headers(),
-            timeout=self._timeout,
-            extensions={"trace": trace},
-        )
+        trace = SendTrace(request.send_mark)
         log.debug("openai.request", url=self._url, model=model, attempt=request.attempt)
         loop = asyncio.get_running_loop()
         # Absolute: neither response headers nor a role-only chunk extend it.
         first_token_deadline = loop.time() + self._first_token_timeout_s
-        try:
-            async with asyncio.timeout_at(first_token_deadline):
-                response = await self._http().send(http_request, stream=True)
-        except TimeoutError:
-            raise self._failed(
-                classify.from_stream_fault("first_token_timeout", request_sent=trace.request_sent)
-            ) from None
-        except httpx.TransportError as exc:
-            raise self._failed(
-                classify.from_transport(exc, request_sent=trace.request_sent)
-            ) from exc
-        # From here on the response is ours to close, however the consumer leaves: exhausted,
-        # failed, cancelled, or `aclose()` of this generator.
-        try:
-            if not response.is_success:
-                detail = await self._error_detail(response)
+        # The response is ours to close from the moment it exists, however the consumer leaves:
+        # exhausted, failed, cancelled, or `aclose()` of this generator.
+        async with AsyncExitStack() as owned:
+            token = TRACE.set(trace)
+            try:
+                async with asyncio.timeout_at(first_token_deadline):
+                    client = self._sdk()
+                    response = await owned.enter_async_context(
+                        client.chat.completions.with_streaming_response.create(
+                            model=model,
+                            messages=_messages(request),
+                            max_tokens=request.max_tokens,
+                            stream=True,
+                            stream_options={"include_usage": True},
+                            temperature=request.sampling.get("temperature", openai.omit),
+                            top_p=request.sampling.get("top_p", openai.omit),
+                            response_format=_response_format(request),
+                            extra_headers=_headers(self._api_key),
+                        )
+                    )
+            except TimeoutError:
                 raise self._failed(
-                    classify.from_status(response.status_code, response.headers, detail=detail)
-                )
+                    classify.from_stream_fault(
+                        "first_token_timeout", request_sent=trace.request_sent
+                    )
+                ) from None
+            except openai.APIStatusError as exc:
+                raise self._failed(
+                    classify.from_status(
+                        exc.status_code, exc.response.headers, detail=self._error_detail(exc)
+                    )
+                ) from None
+            except openai.APIConnectionError as exc:
+                raise self._failed(_connection_error(exc, trace.request_sent)) from exc
+            finally:
+                TRACE.reset(token)
             # aclosing: leaving early must close the inner generator now, not at GC time.
-            async with aclosing(self._items(response, request, first_token_deadline)) as items:
+            body = response.http_response
+            async with aclosing(self._items(body, request, first_token_deadline)) as items:
                 async for item in items:
                     yield item
-        finally:
-            await response.aclose()
 
     async def _items(
-        self, response: httpx.Response, request: ProviderRequest, first_token_deadline: float
+        self, response: httpx2.Response, request: ProviderRequest, first_token_deadline: float
     ) -> AsyncGenerator[StreamItem, None]:
         loop = asyncio.get_running_loop()
-        # A generator in fact (httpx types it as an iterator): closed below, not left to the GC.
-        lines = cast(AsyncGenerator[str, None], response.aiter_lines())
-        decoder = _SseDecoder()
+        pieces = response.aiter_bytes()
+        decoder = SseDecoder()
         text_parts: list[str] = []
         refusal: list[str] = []
-        usage: tuple[int, int] | None = None
+        usage: tuple[int, int, int] | None = None
         finished = False
+        done = False  # `[DONE]` read, or the body ended
         got_text = False
         try:
-            while True:
+            while not done:
                 deadline = loop.time() + self._idle_timeout_s if got_text else first_token_deadline
                 try:
                     async with asyncio.timeout_at(deadline):
-                        line: str | None = await anext(lines)
+                        piece: bytes | None = await anext(pieces)
                 except StopAsyncIteration:
-                    line = None
+                    piece = None
                 except TimeoutError:
                     fault: classify.StreamFault = (
                         "idle_timeout" if got_text else "first_token_timeout"
                     )
                     raise self._failed(classify.from_stream_fault(fault)) from None
-                except httpx.TransportError as exc:
+                except httpx2.TransportError as exc:
                     raise self._failed(classify.from_transport(exc, request_sent=True)) from exc
-                data = decoder.flush() if line is None else decoder.feed(line)
-                if data == "[DONE]":
-                    finished = True
-                    break
-                if data is not None:
+                for data in decoder.finish() if piece is None else decoder.feed(piece):
+                    if data == b"[DONE]":
+                        finished = done = True
+                        break
                     chunk = self._parse_chunk(data)
                     usage = chunk.usage or usage
                     finished = finished or chunk.finish_reason is not None
@@ -234,10 +248,9 @@ class OpenAIProvider:
                         got_text = True
                         text_parts.append(chunk.text)
                         yield TextDelta(chunk.text)
-                if line is None:
-                    break
+                done = done or piece is None
         finally:
-            await lines.aclose()
+            await pieces.aclose()
         # A server may end the body without `[DONE]`; a finish reason or the usage chunk still
         # proves the answer complete. Without either we cannot tell what was produced.
         if not finished and usage is None:
@@ -246,7 +259,7 @@ class OpenAIProvider:
             request.finish.refusal = "".join(refusal)
         yield self._usage(request, usage, "".join(text_parts))
 
-    def _parse_chunk(self, data: str) -> _Chunk:
+    def _parse_chunk(self, data: bytes) -> _Chunk:
         try:
             return _Chunk.parse(data)
         except _MalformedChunk as exc:
@@ -257,41 +270,30 @@ class OpenAIProvider:
             raise self._failed(classify.from_error_object(exc.payload)) from None
 
     def _usage(
-        self, request: ProviderRequest, reported: tuple[int, int] | None, text: str
+        self, request: ProviderRequest, reported: tuple[int, int, int] | None, text: str
     ) -> Usage:
         if reported is not None:
-            input_tokens, output_tokens = reported
-            return Usage(input_tokens, output_tokens, self.cost(input_tokens, output_tokens), True)
+            input_tokens, output_tokens, cached = reported
+            cost = self.cost(request, input_tokens, output_tokens, cached)
+            return Usage(input_tokens, output_tokens, cost, True, cache_read_tokens=cached)
         # The server sent no usage chunk (include_usage unsupported): our estimate, flagged.
         input_tokens, output_tokens = _input_tokens(request), estimate_tokens(text)
         return Usage(
-            input_tokens, output_tokens, self.cost(input_tokens, output_tokens), cost_known=False
+            input_tokens,
+            output_tokens,
+            self.cost(request, input_tokens, output_tokens),
+            cost_known=False,
         )
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": "text/event-stream"}
-        if self._api_key:  # local servers (Ollama, llama.cpp) need none
-            headers["authorization"] = f"Bearer {self._api_key}"
-        return headers
-
-    async def _error_detail(self, response: httpx.Response) -> str:
-        """The server's error message, bounded in size and time; never required."""
-        body = bytearray()
+    def _error_detail(self, exc: openai.APIStatusError) -> str:
+        """The server's error message (the SDK parsed the body we bounded); never required."""
         try:
-            async with asyncio.timeout(self._idle_timeout_s):
-                async for piece in response.aiter_bytes():
-                    body += piece
-                    if len(body) >= _ERROR_BODY_LIMIT:
-                        break
-        except (TimeoutError, httpx.TransportError):
-            pass  # the status alone classifies the failure
-        try:
-            parsed = orjson.loads(bytes(body))
-        except orjson.JSONDecodeError:
-            parsed = None
-        message: object = body.decode("utf-8", "replace")
-        if isinstance(parsed, dict):
-            error = parsed.get("error")
+            message: object = exc.response.text
+        except httpx2.ResponseNotRead:
+            message = ""
+        body = exc.body
+        if isinstance(body, dict):
+            error = body.get("error")
             if isinstance(error, dict) and isinstance(error.get("message"), str):
                 message = error["message"]
             elif isinstance(error, str):
@@ -311,6 +313,7 @@ class OpenAIProvider:
             status_code=error.status_code,
             request_sent=error.request_sent,
             refused=error.refused,
+            pause_provider=error.pause_provider,
         )
         log.info(
             "openai.failed",
@@ -321,6 +324,36 @@ class OpenAIProvider:
             error=redacted.message,
         )
         return redacted
+
+
+def _headers(api_key: str) -> dict[str, str | openai.Omit]:
+    """What every request adds to the SDK's headers. The provider's settings are jobstream's
+    alone: the SDK would otherwise send OPENAI_ORG_ID and OPENAI_PROJECT_ID from the worker's
+    environment, which a server may refuse for this key."""
+    import openai
+
+    headers: dict[str, str | openai.Omit] = {
+        "Accept": "text/event-stream",
+        "OpenAI-Organization": openai.omit,
+        "OpenAI-Project": openai.omit,
+    }
+    if not api_key:  # local servers (Ollama, llama.cpp) need none
+        headers["Authorization"] = openai.omit
+    return headers
+
+
+def _connection_error(exc: openai.APIConnectionError, request_sent: bool) -> ProviderError:
+    """A connection that failed before an answer: the send trace decides whether any of the
+    request had left us (a keep-alive connection the server closed fails with a read error
+    before any byte of ours went out)."""
+    cause = exc.__cause__
+    if isinstance(cause, httpx2.TransportError):
+        return classify.from_transport(cause, request_sent=request_sent)
+    described = cause if cause is not None else exc
+    return classify.from_connection(
+        f"{type(described).__name__}: {described}" if str(described) else type(described).__name__,
+        request_sent=request_sent,
+    )
 
 
 class _MalformedChunk(Exception):
@@ -338,12 +371,12 @@ class _Chunk:
     """What one `chat.completion.chunk` tells us; only choice 0 is read (we ask for n=1)."""
 
     text: str
-    usage: tuple[int, int] | None  # (prompt_tokens, completion_tokens)
+    usage: tuple[int, int, int] | None  # (prompt_tokens, completion_tokens, cached of prompt)
     finish_reason: str | None
     refusal: str = ""  # structured output's refusal text, instead of content
 
     @classmethod
-    def parse(cls, data: str) -> _Chunk:
+    def parse(cls, data: bytes) -> _Chunk:
         try:
             chunk = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -379,14 +412,22 @@ def _first_choice(choices: object) -> tuple[str, str | None, str]:
     return content, finish_reason, refused
 
 
-def _response_format(request: ProviderRequest) -> dict[str, Any]:
+def _response_format(request: ProviderRequest) -> ResponseFormatJSONSchema | openai.Omit:
     """Structured output, where the request asks for it (OpenAI's json_schema format)."""
+    import openai
+
     if request.json_schema is None:
-        return {}
-    return {"response_format": {"type": "json_schema", "json_schema": request.json_schema}}
+        return openai.omit
+    return cast(
+        "ResponseFormatJSONSchema", {"type": "json_schema", "json_schema": request.json_schema}
+    )
 
 
-def _usage_counts(usage: object) -> tuple[int, int] | None:
+def _messages(request: ProviderRequest) -> Iterable[ChatCompletionMessageParam]:
+    return cast("list[ChatCompletionMessageParam]", request.chat())
+
+
+def _usage_counts(usage: object) -> tuple[int, int, int] | None:
     if usage is None:
         return None  # every chunk but the last says "usage": null
     if not isinstance(usage, dict):
@@ -395,7 +436,13 @@ def _usage_counts(usage: object) -> tuple[int, int] | None:
     if not (_is_count(prompt) and _is_count(completion)):
         raise _MalformedChunk("usage token counts are not counts")
     assert isinstance(prompt, int) and isinstance(completion, int)
-    return prompt, completion
+    # Cached prompt tokens, where the server reports them (OpenAI does; many others do not):
+    # priced at the cache-read price. Optional, so anything but a count is none.
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if not (isinstance(cached, int) and _is_count(cached)):
+        cached = 0
+    return prompt, completion, min(cached, prompt)
 
 
 def _is_count(value: object) -> bool:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import Decimal
 
 from jobstream.settings import Settings
 from jobstream.worker.providers.anthropic import AnthropicProvider
 from jobstream.worker.providers.base import Provider
 from jobstream.worker.providers.openai import OpenAIProvider
-from jobstream.worker.providers.simulated import SimulatedProvider
+from jobstream.worker.providers.simulated import SIMULATED_MODEL, SimulatedProvider
 
 
 def build_providers(settings: Settings) -> dict[str, Provider]:
@@ -23,10 +22,19 @@ def build_providers(settings: Settings) -> dict[str, Provider]:
         "anthropic": AnthropicProvider(settings),
     }
     if settings.simulated:
-        # Through its decimal text, as the OpenAI prices: 0.15 stays exactly 0.15.
-        price = Decimal(str(settings.simulated_usd_per_mtok))
-        providers["simulated"] = SimulatedProvider(usd_per_mtok=price)
+        price = settings.prices.price_of("simulated", SIMULATED_MODEL)
+        providers["simulated"] = SimulatedProvider(price=price)
     return providers
+
+
+def prepare_providers(providers: Mapping[str, Provider]) -> None:
+    """Make ready what providers make at their first request (an SDK's import, its client),
+    for those that can: a worker does so before it claims. The server never calls it: it builds
+    providers only to price jobs."""
+    for provider in providers.values():
+        prepare = getattr(provider, "prepare", None)
+        if prepare is not None:
+            prepare()
 
 
 async def close_providers(providers: Mapping[str, Provider]) -> None:

@@ -4,8 +4,8 @@ It is the default for `make run` and the tests, so it must behave like a real pr
 matters to the runner: output arrives over time, a failure can happen mid-stream, a hang lasts
 until the attempt's timeout, and cancelling the consumer stops the generation. The job's
 `simulate` object (docs/design.md, "The simulated provider") drives it; its price is the server's
-(JOBSTREAM_SIMULATED_USD_PER_MTOK), never the job's: a `cost_per_token` stored by a job created
-before the server refused it is ignored.
+(the price catalogue's `simulated` entry, whatever model the job names), never the job's: a
+`cost_per_token` stored by a job created before the server refused it is ignored.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from typing import Any, Final, Literal, TypeVar, cast, get_args
 
 import orjson
 
+from jobstream import prices
 from jobstream.errors import ProviderError
+from jobstream.prices import Price
 from jobstream.usage import Usage
 from jobstream.worker.providers.base import Prompt, ProviderRequest, StreamItem, TextDelta
 from jobstream.worker.providers.json_sample import sample
@@ -32,11 +34,11 @@ Pattern = Literal["words", "count"]
 # Read once: typing.get_args per parse was a tenth of the simulator's cost per attempt.
 PATTERNS: Final = get_args(Pattern)
 FAULT_KINDS: Final = get_args(FaultKind)
+# The model the price catalogue prices the simulator's every call as.
+SIMULATED_MODEL: Final = "simulated"
 
-DEFAULT_USD_PER_MTOK: Final = Decimal(2)
 DEFAULT_TOKENS_PER_SECOND: Final = 40.0
 DEFAULT_FIRST_TOKEN_DELAY_S: Final = 0.2
-_MILLION: Final = Decimal(1_000_000)
 Num = TypeVar("Num", int, float)
 
 # The "words" pattern's text: readable sentences, so a demo looks like an answer (echoing the
@@ -215,11 +217,12 @@ class SimulatedProvider:
     def __init__(
         self,
         *,
-        usd_per_mtok: Decimal = DEFAULT_USD_PER_MTOK,
+        price: Price | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        self._price_per_token = usd_per_mtok / _MILLION
+        # The simulator is one model, whatever the job names: the catalogue's `simulated` entry.
+        self._price = price or prices.load().price_of(self.name, SIMULATED_MODEL)
         # Injected so unit tests can count the pauses instead of sitting through them; else
         # every stream of this provider sleeps on one timer a tick (worker/providers/pacer.py),
         # on the event loop's clock (asyncio's is time.monotonic).
@@ -273,10 +276,11 @@ class SimulatedProvider:
                 yield self._delta(request, sim.pattern, index)
         cut = pieces is not None and len(pieces) > request.max_tokens
         request.finish.reason = "length" if cut else "stop"
+        input_tokens = len(request.prompt.split())
         yield Usage(
-            input_tokens=len(request.prompt.split()),
+            input_tokens=input_tokens,
             output_tokens=tokens,
-            cost_usd=self._price_per_token * tokens,
+            cost_usd=self._price.cost(input_tokens, tokens),
             cost_known=True,
         )
 
@@ -288,5 +292,8 @@ class SimulatedProvider:
         # At 0 tokens/s still yield to the loop, so that a cancel can land between tokens.
         await (self._sleep(seconds) if seconds > 0 else asyncio.sleep(0))
 
+    def price(self, request: Prompt) -> Price:
+        return self._price
+
     def estimate_cost(self, request: Prompt, output_tokens: int) -> Decimal:
-        return self._price_per_token * output_tokens
+        return self._price.cost(len(request.prompt.split()), output_tokens)

@@ -81,7 +81,8 @@ class ChatCompletions:
             # Not a request our provider sends: answered, not counted.
             await send_json(send, 400, error_body(400, call))
             return
-        record = self._recorder.begin(call, authorized=authorized)
+        names = tuple(sorted({name.lower() for name in request.headers}))
+        record = self._recorder.begin(call, authorized=authorized, header_names=names)
         outcome: Outcome = "error_status"
         try:
             reply = record.reply

@@ -59,6 +59,7 @@ class RequestRecord:
     messages: tuple[tuple[str, str], ...] = ()  # (role, text) as sent
     sampling: tuple[tuple[str, float], ...] = ()  # temperature and top_p, where sent
     schema_name: str | None = None  # response_format's json_schema name, where asked
+    header_names: tuple[str, ...] = ()  # the request's header names, lower case, sorted
 
     @property
     def billed_prompt_tokens(self) -> int:
@@ -77,6 +78,7 @@ class RequestRecord:
         values["reply"] = Reply.from_mapping(values["reply"])
         for pairs in ("messages", "sampling"):  # JSON has lists where the record has tuples
             values[pairs] = tuple(tuple(pair) for pair in values.get(pairs, ()))
+        values["header_names"] = tuple(values.get("header_names", ()))
         return cls(**values)
 
 
@@ -128,7 +130,9 @@ class Recorder:
             self._records.clear()
             self._max_in_flight = self._in_flight
 
-    def begin(self, call: Call, *, authorized: bool) -> RequestRecord:
+    def begin(
+        self, call: Call, *, authorized: bool, header_names: tuple[str, ...] = ()
+    ) -> RequestRecord:
         with self._lock:
             # A rejected key gets a 401 whatever the script says, and leaves the script alone.
             reply = self._choose(call.prompt) if authorized else self._default
@@ -136,6 +140,7 @@ class Recorder:
                 id=len(self._records) + 1,
                 reply=reply,
                 authorized=authorized,
+                header_names=header_names,
                 started_at=time.time(),
                 **dataclasses.asdict(call),
             )

@@ -29,6 +29,9 @@ class Reply:
     first_token_delay_s: float = 0.0  # after the headers, before the first chunk
     token_delay_s: float = 0.0  # between tokens
     usage: bool = True  # send the usage chunk (when the request asks for it)
+    # Of the prompt's tokens, how many the usage chunk says were read from the prompt cache
+    # (`prompt_tokens_details.cached_tokens`, as OpenAI reports them); 0 sends no details.
+    cached_tokens: int = 0
     comments: bool = False  # an SSE comment line before every chunk, as some proxies send
     # Script: how many requests this reply serves (None: 1). Marker: the first N requests with
     # this prompt misbehave, later ones get a normal stream (None: all of them).

@@ -74,11 +74,14 @@ class StreamWriter:
         finish = reply.finish_reason or ("length" if hit_limit else "stop")
         await self._chunk({}, finish_reason=finish)
         if call.include_usage and reply.usage:
-            usage = {
+            usage: dict[str, object] = {
                 "prompt_tokens": self._record.prompt_tokens,
                 "completion_tokens": planned,
                 "total_tokens": self._record.prompt_tokens + planned,
             }
+            if reply.cached_tokens:
+                cached = min(reply.cached_tokens, self._record.prompt_tokens)
+                usage["prompt_tokens_details"] = {"cached_tokens": cached}
             await self._chunk(None, usage=usage)
             self._recorder.update(self._record, usage_reported=True)
         self._recorder.end(self._record, "completed")
@@ -114,7 +117,7 @@ class StreamWriter:
         delta: dict[str, str] | None,
         *,
         finish_reason: str | None = None,
-        usage: dict[str, int] | None = None,
+        usage: dict[str, object] | None = None,
     ) -> None:
         chunk: dict[str, Any] = {
             "id": f"chatcmpl-fake-{self._record.id}",
