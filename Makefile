@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-providers browser chat fuzz chaos
+.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-providers browser chat admin-assets fuzz chaos
 
 ## Installs with uv, itself installed by pip into the venv: from a fresh clone, 22 s against
 ## pip's 63 s here, a fifth of make test's five minutes. pip does it if uv cannot be had.
@@ -23,7 +23,7 @@ install: $(STAMP)
 
 ## Start PostgreSQL (embedded unless DATABASE_URL is set), the server and a worker; the chat
 ## example is built first where npm is at hand, and served at /chat/ (make run needs no Node).
-run: $(STAMP)
+run: $(STAMP) admin-assets
 	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory chat || \
 	  echo "[make run] the chat example could not be built: /chat/ is not served"; \
 	else echo "[make run] npm not found: the chat example (/chat/) is not built"; fi
@@ -43,7 +43,7 @@ browser:
 ##   run one after another (a minute's tail).
 ## - The type check runs beside the suite: the suite waits on processes and keeps about one of
 ##   two cores busy, and mypy's 30 s fit in the other.
-test: $(STAMP) browser chat lint
+test: $(STAMP) browser chat admin-assets lint
 	$(BIN)/python -m compileall -q -j 0 jobstream bench tests/support
 	@$(BIN)/mypy > .mypy.out 2>&1 & types=$$!; \
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder; suite=$$?; \
@@ -75,6 +75,30 @@ $(CHAT_PAGE)/app.js: $(CHAT_DEPS) $(CHAT_SRC)
 
 chat: $(CHAT_PAGE)/app.js
 
+## The operator dashboard's charts (/admin/, static/admin/): uPlot at the exact version of
+## deploy/admin/package-lock.json, installed by `npm ci` into .cache/admin-node/ (again only when
+## the lockfile changes) and its two built files copied into static/admin/vendor/ (not committed),
+## which the server serves as they are: no build step at run time, no CDN. Unlike the chat
+## example the dashboard is part of the product, so `make run` needs it: npm at hand once.
+ADMIN_NODE   := .cache/admin-node
+ADMIN_DEPS   := $(ADMIN_NODE)/.installed-stamp
+ADMIN_VENDOR := static/admin/vendor
+UPLOT_DIST   := $(ADMIN_NODE)/node_modules/uplot/dist
+
+$(ADMIN_DEPS): deploy/admin/package.json deploy/admin/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "make admin-assets: needs Node 20 and npm"; exit 1; }
+	mkdir -p $(ADMIN_NODE)
+	cp deploy/admin/package.json deploy/admin/package-lock.json $(ADMIN_NODE)/
+	cd $(ADMIN_NODE) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(ADMIN_VENDOR)/uPlot.esm.js: $(ADMIN_DEPS)
+	mkdir -p $(ADMIN_VENDOR)
+	cp $(UPLOT_DIST)/uPlot.esm.js $(UPLOT_DIST)/uPlot.min.css $(ADMIN_NODE)/node_modules/uplot/LICENSE $(ADMIN_VENDOR)/
+	touch $@
+
+admin-assets: $(ADMIN_VENDOR)/uPlot.esm.js
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -88,7 +112,7 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration
 
-e2e: $(STAMP) browser chat
+e2e: $(STAMP) browser chat admin-assets
 	$(BIN)/python -m pytest tests/e2e
 
 ## Schemathesis at length against a live server and worker: 12,000+ cases, 6 to 14 minutes
