@@ -171,6 +171,7 @@ def create_app(
         Route("/api/chat/{chat_id:path}/stop", chat_api.stop_chat, methods=["POST"]),
         Route("/", pages.index),
         Route("/jobs/{job_id}", pages.index),
+        Route("/admin/", pages.admin),
         Route("/chat/", chat_page.chat_page),
         Route("/chat/{name}", chat_page.chat_asset),
         Mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static"),
