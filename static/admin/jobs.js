@@ -82,9 +82,15 @@ export class JobsList {
 
   draw(jobs) {
     const page = this.cursors.length;
-    this.summary.textContent = jobs.length
-      ? `Page ${page}: ${count(jobs.length)} job${jobs.length === 1 ? "" : "s"}${this.nextCursor ? ", more after" : ""}`
-      : page > 1 ? `Page ${page}: no more jobs` : "No job matches.";
+    // A page reads a bounded stretch of history (admin_jobs.py): a rare match can leave one
+    // empty with more behind it, which "Next" reads.
+    if (jobs.length) {
+      this.summary.textContent = `Page ${page}: ${count(jobs.length)} job${jobs.length === 1 ? "" : "s"}${this.nextCursor ? ", more after" : ""}`;
+    } else if (this.nextCursor) {
+      this.summary.textContent = `Page ${page}: none in this stretch of history; Next reads further back.`;
+    } else {
+      this.summary.textContent = page > 1 ? `Page ${page}: no more jobs.` : "No job matches.";
+    }
     this.next.disabled = !this.nextCursor;
     this.previous.disabled = page === 1;
     if (!jobs.length) {

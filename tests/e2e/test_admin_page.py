@@ -1,0 +1,356 @@
+"""The operator dashboard (/admin/, static/admin/) in a real Chromium, against a live server and
+two workers running a mixed load (tests/support/admin_load.py): the overview's counts against
+the database's own count, the charts moving while jobs run, filters, search and paging finding
+a job, a job's attempts and cost, Cancel and Retry from the page as the API then shows them, and
+a SIGKILLed worker shown stale within the heartbeat window. Screenshots at 1280 and 390 px go to
+test-output/admin/ (docs/admin.md shows one of each).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+import pytest
+from playwright.async_api import Browser, BrowserContext, Page, expect
+
+from tests.e2e.conftest import OUTPUT_DIR, Stack
+from tests.support.admin_load import LONG_KEY, LONG_TICKET, Creator, Load, simulated, start_load
+from tests.support.polling import eventually
+from tests.support.processes import ManagedProcess, Processes
+
+pytestmark = pytest.mark.e2e
+
+APP = "tests.support.user_jobs:app"
+ADMIN_KEY = "admin-e2e-operator-key"
+# Short, so a killed worker turns stale within the test: its renewals, and so its heartbeats,
+# come every third of the lease (2 s), and the window is the server's default, 2/3 of it.
+LEASE_S = 6.0
+HEARTBEAT_WINDOW_S = 4.0
+# The dashboard reads again every 3 s (static/admin/*.js REFRESH_MS).
+REFRESH_S = 3.0
+# The janitor folds the overview's per-minute series: every second here, so a minute's counts
+# reach the charts about as soon as the jobs end.
+JANITOR_INTERVAL_S = "1"
+SHOTS = OUTPUT_DIR / "admin"
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 900}
+TIMEOUT_MS = 30_000
+TERMINAL = ("succeeded", "failed", "cancelled", "dead")
+
+
+@pytest.fixture
+async def fleet(
+    process_group: Processes, database_url: str, pool: asyncpg.Pool
+) -> AsyncIterator[tuple[Stack, ManagedProcess]]:
+    """The server and its first worker (conftest's Stack), with the test app, the admin key and
+    the short lease, and a second worker beside them; both workers' rows are there first."""
+    stack = Stack(process_group, database_url)
+    stack.env.update(
+        {
+            "JOBSTREAM_APP": APP,
+            "JOBSTREAM_ADMIN_KEY": ADMIN_KEY,
+            "JOBSTREAM_LEASE_S": str(LEASE_S),
+            "JOBSTREAM_HEARTBEAT_WINDOW_S": str(HEARTBEAT_WINDOW_S),
+            "JOBSTREAM_JANITOR_INTERVAL_S": JANITOR_INTERVAL_S,
+        }
+    )
+    try:
+        await stack.start()
+        second = process_group.spawn("worker", stack.env, name="worker-2")
+        await eventually(
+            lambda: pool.fetchval("SELECT count(*) FROM workers WHERE stopped_at IS NULL"),
+            lambda n: n == 2,
+            what="both workers have their rows",
+            timeout_s=60,
+            interval_s=0.2,
+        )
+        yield stack, second
+    finally:
+        await stack.aclose()
+
+
+async def new_page(
+    browser: Browser, stack: Stack, viewport: dict[str, int]
+) -> tuple[BrowserContext, Page, list[str]]:
+    context = await browser.new_context(base_url=stack.base_url, viewport=viewport)  # type: ignore[arg-type]
+    context.set_default_timeout(TIMEOUT_MS)
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    return context, page, errors
+
+
+async def sign_in(page: Page, section: str = "#/overview") -> None:
+    """Open the dashboard: refused without a key, it asks for one, then shows the section."""
+    await page.goto(f"/admin/{section}")
+    await expect(page.get_by_label("Admin key")).to_be_visible()
+    await page.get_by_label("Admin key").fill(ADMIN_KEY)
+    await page.get_by_role("button", name="Use key").click()
+    await expect(page.locator("#key-form")).to_be_hidden()
+
+
+async def admin_get(stack: Stack, path: str) -> Any:
+    response = await stack.http.get(
+        f"/admin/api{path}", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+    )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def settled(pool: asyncpg.Pool, load: Load) -> None:
+    """Every job of the load ended, but the long one, left running."""
+    long_id = load.one("long")
+    await eventually(
+        lambda: pool.fetchval(
+            "SELECT count(*) FROM jobs WHERE NOT status = ANY($1::text[]) AND id <> $2",
+            list(TERMINAL),
+            long_id,
+        ),
+        lambda n: n == 0,
+        what="the load's jobs all ended",
+        timeout_s=120,
+        interval_s=0.5,
+    )
+
+
+async def page_counts(page: Page) -> dict[str, int]:
+    """The overview's counts table as {"job|tenant|status": n}."""
+    counts: dict[str, int] = await page.evaluate(
+        """() => {
+          const out = {};
+          for (const tr of document.querySelectorAll("[data-testid=counts] tbody tr")) {
+            for (const td of tr.querySelectorAll("td[data-status]")) {
+              const n = Number(td.textContent.replaceAll(",", ""));
+              if (n) out[`${tr.dataset.job}|${tr.dataset.tenant}|${td.dataset.status}`] = n;
+            }
+          }
+          return out;
+        }"""
+    )
+    return counts
+
+
+async def database_counts(pool: asyncpg.Pool, statuses: list[str]) -> dict[str, int]:
+    rows = await pool.fetch(
+        "SELECT job_name, tenant_id, status, count(*) AS n FROM jobs"
+        " WHERE status = ANY($1::text[]) GROUP BY 1, 2, 3",
+        statuses,
+    )
+    return {f"{r['job_name']}|{r['tenant_id']}|{r['status']}": r["n"] for r in rows}
+
+
+async def chart_data(page: Page, testid: str) -> str:
+    """What a chart draws now (uPlot's data, its y series), as JSON to compare."""
+    data: str = await page.get_by_test_id(testid).evaluate(
+        "el => JSON.stringify(el.uplot.data.slice(1))"
+    )
+    return data
+
+
+async def test_the_dashboard_shows_and_acts_on_a_fleet_under_load(
+    browser: Browser, fleet: tuple[Stack, ManagedProcess], pool: asyncpg.Pool
+) -> None:
+    stack, second_worker = fleet
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    context, page, errors = await new_page(browser, stack, DESKTOP)
+    try:
+        await sign_in(page)
+        throughput_before = await chart_data(page, "chart-throughput")
+
+        load = await start_load(stack.http, pool)
+        long_id = load.one("long")
+
+        # The charts move while the jobs run: the same chart, drawn again from a new series.
+        await page.wait_for_function(
+            """([before]) => {
+                 const chart = document.querySelector("[data-testid=chart-throughput]");
+                 return JSON.stringify(chart.uplot.data.slice(1)) !== before;
+               }""",
+            arg=[throughput_before],
+            timeout=120_000,
+        )
+        moving = await chart_data(page, "chart-throughput")
+        assert moving != throughput_before
+        assert any(sum(v or 0 for v in series) > 0 for series in json.loads(moving))
+
+        # The overview's counts are the database's, once the load has ended (the long job runs).
+        await settled(pool, load)
+        await expect(page.get_by_test_id("counts")).to_be_visible()
+        statuses: list[str] = await page.locator("[data-testid=counts] thead th").all_inner_texts()
+        statuses = [s for s in statuses[2:] if s in ("queued", "running", "cancelling", *TERMINAL)]
+        assert "running" in statuses and "dead" in statuses, statuses
+        expected = await database_counts(pool, statuses)
+        await eventually(
+            lambda: page_counts(page),
+            lambda seen: {k: v for k, v in seen.items() if k.split("|")[2] in statuses} == expected,
+            what=f"the overview's counts are the database's {expected}",
+            timeout_s=REFRESH_S * 4,
+            interval_s=0.25,
+        )
+        # Spend: globex, over its budget, spent what its jobs ran, by tenant, job and model.
+        await expect(
+            page.get_by_test_id("spend-hour").locator("tr", has_text="globex")
+        ).not_to_have_count(0)
+        await expect(
+            page.get_by_test_id("providers").locator("[data-provider=simulated]")
+        ).to_be_visible()
+        await page.screenshot(path=str(SHOTS / "overview-1280.png"), full_page=True)
+
+        await jobs_filter_search_and_paging(page, load)
+        await job_view_shows_attempts_and_cost(page, load, pool)
+        await cancel_and_retry_from_the_page(page, stack, load, long_id)
+        await killed_worker_turns_stale(page, pool, second_worker)
+        # More jobs while the page watches the overview again, for the screenshots.
+        await Creator(stack.http, load).must("late", "default", simulated(20, 0))
+        await phone_screenshots(browser, stack)
+    finally:
+        await context.close()
+    assert not errors, f"uncaught errors in the page: {errors}"
+
+
+async def jobs_filter_search_and_paging(page: Page, load: Load) -> None:
+    await page.get_by_role("link", name="Jobs", exact=True).click()
+    table = page.get_by_test_id("jobs-table")
+    await expect(table).to_be_visible()
+
+    # Filters: acme's failed `fail` jobs are the two permanent ones, newest first.
+    await page.get_by_label("Status").select_option("failed")
+    await page.get_by_label("Job name").fill("fail")
+    await page.get_by_label("Tenant").fill("acme")
+    await page.get_by_role("button", name="Filter").click()
+    rows = table.locator("tbody tr")
+    await expect(rows).to_have_count(2)
+    ids = await rows.evaluate_all("trs => trs.map(tr => tr.dataset.id)")
+    assert sorted(ids) == sorted(load.ids["permanent"])
+    assert ids == sorted(ids, reverse=True)  # UUIDv7: newest first is the ids' order
+
+    # Search: by the idempotency key, by metadata, by id, the long job alone.
+    await page.get_by_role("button", name="Clear").click()
+    for needle in (LONG_KEY, LONG_TICKET, load.one("long")):
+        await page.get_by_label("Search").fill(needle)
+        await page.get_by_role("button", name="Filter").click()
+        await expect(rows).to_have_count(1)
+        await expect(rows.first).to_have_attribute("data-id", load.one("long"))
+    # A time range that ends before the load began finds nothing.
+    await page.get_by_label("Search").fill("")
+    await page.get_by_label("Created before").fill("2001-01-01T00:00:00")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(page.locator("#jobs-summary")).to_have_text("No job matches.")
+
+    # Paging: the default tenant's 32 jobs, 25 a page; the first job made is on the second.
+    await page.get_by_role("button", name="Clear").click()
+    await page.get_by_label("Tenant").fill("default")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(rows).to_have_count(25)
+    first_page = set(await rows.evaluate_all("trs => trs.map(tr => tr.dataset.id)"))
+    assert load.one("long") not in first_page
+    await page.get_by_role("button", name="Next").click()
+    await expect(page.locator("#jobs-summary")).to_contain_text("Page 2")
+    second_page = set(await rows.evaluate_all("trs => trs.map(tr => tr.dataset.id)"))
+    assert second_page and not first_page & second_page
+    assert load.one("long") in second_page
+    await expect(page.get_by_role("button", name="Next")).to_be_disabled()
+    await page.get_by_role("button", name="Previous").click()
+    await expect(page.locator("#jobs-summary")).to_contain_text("Page 1")
+    await page.screenshot(path=str(SHOTS / "jobs-1280.png"), full_page=True)
+
+
+async def job_view_shows_attempts_and_cost(page: Page, load: Load, pool: asyncpg.Pool) -> None:
+    # The dead job: three attempts, each failed with its error kind and its traceback.
+    dead_id = load.one("dead")
+    await page.goto(f"/admin/#/jobs/{dead_id}")
+    await expect(page.get_by_test_id("job-status")).to_have_text("dead")
+    attempts = page.get_by_test_id("attempts").locator("tbody tr[data-attempt]")
+    await expect(attempts).to_have_count(3)
+    await expect(attempts.first).to_contain_text("TransientError")
+    await expect(page.get_by_test_id("attempts").locator("details summary").first).to_have_text(
+        "Traceback"
+    )
+    await expect(
+        page.get_by_test_id("job-events").locator("li[data-type=attempt_error]")
+    ).to_have_count(3)
+
+    # A simulated job's cost, as its attempt row has it.
+    quick_id = load.ids["quick"][0]
+    cost = await pool.fetchval("SELECT cost_usd FROM job_attempts WHERE job_id = $1", quick_id)
+    assert cost is not None and Decimal(cost) > 0
+    await page.goto(f"/admin/#/jobs/{quick_id}")
+    await expect(page.get_by_test_id("job-status")).to_have_text("succeeded")
+    cell = page.get_by_test_id("attempts").locator("tr[data-attempt='1'] td[data-cost]")
+    await expect(cell).not_to_have_attribute("data-cost", "")
+    assert float(await cell.get_attribute("data-cost") or "nan") == pytest.approx(float(cost))
+    await expect(page.get_by_test_id("attempts").locator("tr[data-attempt='1']")).to_contain_text(
+        "succeeded"
+    )
+    await expect(page.get_by_test_id("job-text")).to_have_text("".join(f"{i} " for i in range(20)))
+
+
+async def cancel_and_retry_from_the_page(
+    page: Page, stack: Stack, load: Load, long_id: str
+) -> None:
+    # The long job's text, live over the public events stream, then Cancel after a confirmation.
+    await page.goto(f"/admin/#/jobs/{long_id}")
+    await expect(page.locator("#job-text-state")).to_have_attribute("data-state", "live")
+    await expect(page.get_by_test_id("job-text")).to_contain_text("0 1 2 ")
+    await page.get_by_role("button", name="Cancel…").click()
+    dialog = page.get_by_role("dialog")
+    await expect(dialog).to_contain_text("Cancel job")
+    await page.screenshot(path=str(SHOTS / "confirm-1280.png"))
+    await dialog.get_by_role("button", name="Cancel job").click()
+    await expect(page.get_by_test_id("job-status")).to_have_text("cancelled", timeout=TIMEOUT_MS)
+    assert (await stack.http.get(f"/api/jobs/{long_id}")).json()["status"] == "cancelled"
+
+    # Retry the cancelled job: a new job, which the page opens, and which the API has.
+    await page.get_by_role("button", name="Retry…").click()
+    await page.get_by_role("dialog").get_by_role("button", name="Retry as a new job").click()
+    await page.wait_for_url(lambda url: "#/jobs/" in url and long_id not in url.split("?")[0])
+    new_id = page.url.split("#/jobs/")[1].split("?")[0]
+    await expect(page.locator("#job-notice")).to_contain_text("A retry of job")
+    created = await stack.http.get(f"/api/jobs/{new_id}")
+    assert created.status_code == 200, created.text
+    assert created.json()["id"] != long_id
+    # And the new job runs: cancel it too, so it leaves the workers free.
+    await stack.http.post(f"/api/jobs/{new_id}/cancel")
+
+
+async def killed_worker_turns_stale(page: Page, pool: asyncpg.Pool, worker: ManagedProcess) -> None:
+    await page.get_by_role("link", name="Workers").click()
+    table = page.get_by_test_id("workers")
+    await expect(table.locator("tr[data-state=live]")).to_have_count(2)
+    row = table.locator(f"tr[data-pid='{worker.pid}']")
+    await expect(row).to_have_attribute("data-state", "live")
+    worker.kill()
+    killed_at = time.monotonic()
+    await worker.wait_async(10)
+    # Stale once its last heartbeat is older than the window; the page reads every 3 s.
+    await expect(row).to_have_attribute(
+        "data-state", "stale", timeout=int((HEARTBEAT_WINDOW_S + REFRESH_S + 5) * 1000)
+    )
+    took = time.monotonic() - killed_at
+    assert took <= HEARTBEAT_WINDOW_S + REFRESH_S + 5, took
+    await page.screenshot(path=str(SHOTS / "workers-1280.png"), full_page=True)
+
+
+async def phone_screenshots(browser: Browser, stack: Stack) -> None:
+    context, page, errors = await new_page(browser, stack, PHONE)
+    try:
+        await sign_in(page)
+        await expect(page.get_by_test_id("counts")).to_be_visible()
+        await page.wait_for_function(
+            "document.querySelector('[data-testid=chart-throughput]').dataset.points > 0"
+        )
+        # Nothing wider than the phone but the tables, which scroll in their own box.
+        overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"the page is {overflow} px wider than the phone"
+        await page.screenshot(path=str(SHOTS / "overview-390.png"), full_page=True)
+        await page.goto("/admin/#/jobs")
+        await expect(page.get_by_test_id("jobs-table")).to_be_visible()
+        await page.screenshot(path=str(SHOTS / "jobs-390.png"), full_page=True)
+    finally:
+        await context.close()
+    assert not errors, f"uncaught errors in the phone's page: {errors}"
