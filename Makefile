@@ -23,10 +23,13 @@ install: $(STAMP)
 
 ## Start PostgreSQL (embedded unless DATABASE_URL is set), the server and a worker; the chat
 ## example is built first where npm is at hand, and served at /chat/ (make run needs no Node).
-run: $(STAMP) admin-assets
+run: $(STAMP)
 	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory chat || \
 	  echo "[make run] the chat example could not be built: /chat/ is not served"; \
 	else echo "[make run] npm not found: the chat example (/chat/) is not built"; fi
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory admin-assets || \
+	  echo "[make run] uPlot could not be installed: /admin/ shows no charts"; \
+	else echo "[make run] npm not found: /admin/ shows no charts (make admin-assets)"; fi
 	JOBSTREAM_CHAT_PAGE_DIR="$${JOBSTREAM_CHAT_PAGE_DIR-$(CURDIR)/$(CHAT_PAGE)}" $(BIN)/python -m jobstream.devrun
 
 ## Debian's Chromium for the browser tests (tests/e2e); Playwright drives it, nothing downloaded.
@@ -78,8 +81,8 @@ chat: $(CHAT_PAGE)/app.js
 ## The operator dashboard's charts (/admin/, static/admin/): uPlot at the exact version of
 ## deploy/admin/package-lock.json, installed by `npm ci` into .cache/admin-node/ (again only when
 ## the lockfile changes) and its two built files copied into static/admin/vendor/ (not committed),
-## which the server serves as they are: no build step at run time, no CDN. Unlike the chat
-## example the dashboard is part of the product, so `make run` needs it: npm at hand once.
+## which the server serves as they are: no build step at run time, no CDN. `make test` needs it;
+## `make run` runs it where npm is at hand, and without it the dashboard works but draws no chart.
 ADMIN_NODE   := .cache/admin-node
 ADMIN_DEPS   := $(ADMIN_NODE)/.installed-stamp
 ADMIN_VENDOR := static/admin/vendor

@@ -3,7 +3,7 @@
 // every few seconds while shown (GET /admin/api/overview: the per-minute series, never history).
 
 import { call } from "./api.js";
-import { LiveChart } from "./charts.js";
+import { LiveChart, loadCharts } from "./charts.js";
 import { byId, fill, h, row, table } from "./dom.js";
 import { count, usd, when } from "./format.js";
 import { Poller } from "./poller.js";
@@ -22,13 +22,33 @@ export class Overview {
       updated: byId("overview-updated"),
     };
     this.charts = null;
+    this.chartsLoading = false;
+    this.lastSeries = null;
     this.poller = new Poller((signal) => this.load(signal), REFRESH_MS, onError);
   }
 
   show() {
-    // Made when first shown: uPlot sizes itself from its container, which is hidden until then.
-    this.charts ||= [
-      new LiveChart(byId("chart-throughput"), {
+    this.poller.start();
+    this.makeCharts();
+  }
+
+  // Made when first shown: uPlot sizes itself from its container, which is hidden until then.
+  async makeCharts() {
+    if (this.charts || this.chartsLoading) return;
+    this.chartsLoading = true;
+    let uPlot;
+    try {
+      uPlot = await loadCharts();
+    } catch {
+      for (const id of ["chart-throughput", "chart-latency"]) {
+        fill(byId(id), h("p", { class: "empty" }, "No charts: uPlot is not installed (make admin-assets)."));
+      }
+      return;
+    } finally {
+      this.chartsLoading = false;
+    }
+    this.charts = [
+      new LiveChart(uPlot, byId("chart-throughput"), {
         title: "Jobs a minute", unit: "",
         series: [
           { key: "created", label: "created" },
@@ -36,7 +56,7 @@ export class Overview {
           { key: "failed", label: "failed" },
         ],
       }),
-      new LiveChart(byId("chart-latency"), {
+      new LiveChart(uPlot, byId("chart-latency"), {
         title: "Queue wait and run time", unit: " s",
         series: [
           { key: "queue_wait_p50_s", label: "wait p50" },
@@ -46,7 +66,7 @@ export class Overview {
         ],
       }),
     ];
-    this.poller.start();
+    if (this.lastSeries) for (const chart of this.charts) chart.update(this.lastSeries);
   }
 
   hide() {
@@ -57,7 +77,8 @@ export class Overview {
     const data = await call("/overview", { signal });
     if (signal.aborted) return;
     this.drawCounts(data.counts || []);
-    for (const chart of this.charts) chart.update(data.series || {});
+    this.lastSeries = data.series || {};
+    for (const chart of this.charts || []) chart.update(this.lastSeries);
     this.drawSpend(this.el.spendHour, (data.spend || {}).hour || []);
     this.drawSpend(this.el.spendDay, (data.spend || {}).day || []);
     this.drawProviders(data.providers || [], data.now);

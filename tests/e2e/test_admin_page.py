@@ -9,6 +9,7 @@ test-output/admin/ (docs/admin.md shows one of each).
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from decimal import Decimal
@@ -145,7 +146,9 @@ async def database_counts(pool: asyncpg.Pool, statuses: list[str]) -> dict[str, 
 
 
 async def chart_data(page: Page, testid: str) -> str:
-    """What a chart draws now (uPlot's data, its y series), as JSON to compare."""
+    """What a chart draws now (uPlot's data, its y series), as JSON to compare; once it has
+    drawn the overview's series (uPlot is imported when the overview first shows)."""
+    await expect(page.get_by_test_id(testid)).to_have_attribute("data-points", re.compile(r"\d"))
     data: str = await page.get_by_test_id(testid).evaluate(
         "el => JSON.stringify(el.uplot.data.slice(1))"
     )
