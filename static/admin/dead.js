@@ -4,7 +4,7 @@
 import { call } from "./api.js";
 import { confirmAction } from "./confirm.js";
 import { byId, fill, h, row, table } from "./dom.js";
-import { count, when } from "./format.js";
+import { count, shortOf, when } from "./format.js";
 
 export class DeadLetters {
   constructor(onError) {
@@ -95,9 +95,4 @@ export class DeadLetters {
     this.result.hidden = false;
     this.load();
   }
-}
-
-// The short id the server gives elsewhere is the id's random tail; here only ids come.
-export function shortOf(id) {
-  return String(id).replaceAll("-", "").slice(-8);
 }

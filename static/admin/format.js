@@ -37,3 +37,9 @@ export function ago(iso, now) {
 }
 
 export const count = (n) => Number(n || 0).toLocaleString("en-US");
+
+// A short id where the server gave only the whole one: its random tail, as the API's short_id
+// (jobstream/short_ids.py), never its head, which every job of the same minute shares.
+export function shortOf(id) {
+  return String(id).replaceAll("-", "").toLowerCase().slice(-8);
+}

@@ -6,7 +6,7 @@
 import { call } from "./api.js";
 import { confirmAction } from "./confirm.js";
 import { byId, fill, h, json, row, table } from "./dom.js";
-import { count, seconds, usd, when } from "./format.js";
+import { count, seconds, shortOf, usd, when } from "./format.js";
 import { LiveText } from "./live_text.js";
 import { Poller } from "./poller.js";
 
@@ -14,7 +14,7 @@ const REFRESH_MS = 3000;
 const TERMINAL = new Set(["succeeded", "failed", "cancelled", "dead"]);
 // The job row's fields the header and the blocks below already show; the rest go in "Details".
 const SHOWN = new Set([
-  "id", "short_id", "tenant", "job_name", "status", "input", "spec", "envelope", "metadata",
+  "id", "short_id", "tenant", "tenant_id", "job_name", "status", "input", "payload", "metadata",
   "result", "error",
 ]);
 
@@ -58,7 +58,6 @@ export class JobView {
       }
       this.el.text.textContent = "";
     }
-    if (params.get("retried_from")) this.note(`A retry of job ${params.get("retried_from")}.`);
     this.poller.start();
   }
 
@@ -80,8 +79,8 @@ export class JobView {
       this.live.stop();
       this.live.setState("closed");
       this.el.text.textContent = data.text || "";
-    } else if (!this.live.source && data.events_token) {
-      this.live.follow(job.id, data.events_token);
+    } else if (!this.live.source && (data.events_url || data.events_token)) {
+      this.live.follow(job.id, data.events_url, data.events_token);
     } else if (!this.live.source && !wasRunning) {
       this.el.text.textContent = data.text || "";
     }
@@ -95,7 +94,10 @@ export class JobView {
     this.el.status.textContent = job.status;
     this.el.status.className = `badge status-${job.status}`;
     this.el.cancel.hidden = TERMINAL.has(job.status) || job.status === "cancelling";
-    this.el.retry.hidden = !TERMINAL.has(job.status) || job.status === "succeeded";
+    // The API retries a dead job alone (a new job; docs/design.md, "An operator's retry"), once.
+    this.el.retry.hidden = job.status !== "dead" || Boolean(job.retried_as);
+    if (job.retried_as) this.linkNote("Retried as job ", job.retried_as);
+    else if (job.retry_of) this.linkNote("A retry of job ", job.retry_of);
     const facts = [
       ["Id", h("code", {}, job.id)], ["Job", job.job_name], ["Tenant", job.tenant],
       ...Object.entries(job)
@@ -104,7 +106,8 @@ export class JobView {
     ];
     fill(this.el.facts, facts.map(([name, value]) => [h("dt", {}, name), h("dd", {}, value)]));
     fill(this.el.input, json(job.input));
-    fill(this.el.envelope, json(job.spec ?? job.envelope));
+    // The envelope: the create as stored (the job's payload: provider, model, limits...).
+    fill(this.el.envelope, json(job.payload ?? job.spec ?? job.envelope));
     fill(this.el.metadata, json(job.metadata ?? {}));
     fill(this.el.outcome, job.error ? json(job.error) : json(job.result ?? null));
     this.drawAttempts(data.attempts || []);
@@ -208,14 +211,19 @@ export class JobView {
     if (!ok) return;
     try {
       const made = await call(`/jobs/${encodeURIComponent(job.id)}/retry`, { method: "POST" });
-      this.navigate(`#/jobs/${encodeURIComponent(made.job_id)}?retried_from=${encodeURIComponent(job.short_id)}`);
+      this.navigate(`#/jobs/${encodeURIComponent(made.job_id)}`);
     } catch (err) {
       this.onError(err);
     }
   }
 
   note(text) {
-    this.el.notice.textContent = text;
+    fill(this.el.notice, text);
+    this.el.notice.hidden = false;
+  }
+
+  linkNote(text, id) {
+    fill(this.el.notice, text, h("a", { href: `#/jobs/${encodeURIComponent(id)}`, class: "mono", title: id }, shortOf(id)), ".");
     this.el.notice.hidden = false;
   }
 }
@@ -230,6 +238,8 @@ function describe(e) {
   if (e.type === "status") return d.status || "";
   if (e.type === "progress") return `${Math.round(Number(d.progress ?? d.value ?? 0) * 100)}% ${d.message || ""}`.trim();
   if (e.type === "attempt_error") return [d.kind || d.error_class, d.message].filter(Boolean).join(": ");
+  // A run of text chunks, summed by the server: the text itself is in "Live text".
+  if (e.type === "token") return `${count(d.chunks)} chunks, ${count(d.chars)} characters of text`;
   if (e.type === "usage") return `${d.input_tokens ?? "?"} in, ${d.output_tokens ?? "?"} out, ${usd(d.cost_usd)}`;
   const text = JSON.stringify(d);
   return text === "{}" ? "" : text.length > 160 ? `${text.slice(0, 160)}…` : text;

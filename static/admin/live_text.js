@@ -1,5 +1,5 @@
 // A running job's text as it is written, through the public events stream
-// (/api/jobs/{id}/events?token=...), which the admin answer's events_token opens: EventSource
+// (/api/jobs/{id}/events?token=...), which the admin answer's events token opens: EventSource
 // cannot send the admin key. Read from the log's start (after=0) and reassembled as every
 // client does (docs/design.md): clear on `reset`, append on `token`, skip a seq already seen.
 
@@ -11,11 +11,16 @@ export class LiveText {
     this.source = null;
   }
 
-  follow(jobId, token) {
+  // `eventsUrl`: the job's events_url as the API gives it (its token in the query), else the
+  // URL made from the bare token.
+  follow(jobId, eventsUrl, token) {
     this.stop();
     this.output.textContent = "";
     let lastSeq = 0;
-    const url = `/api/jobs/${encodeURIComponent(jobId)}/events?token=${encodeURIComponent(token)}&after=0`;
+    const u = new URL(eventsUrl || `/api/jobs/${encodeURIComponent(jobId)}/events`, location.origin);
+    if (!eventsUrl) u.searchParams.set("token", token);
+    u.searchParams.set("after", "0");
+    const url = u.pathname + u.search;
     const source = new EventSource(url);
     this.source = source;
     this.setState("connecting");

@@ -9,8 +9,9 @@ import { count, usd, when } from "./format.js";
 import { Poller } from "./poller.js";
 
 const REFRESH_MS = 3000;
-// The lifecycle's order; a status the server adds later still shows, after these.
-const STATUS_ORDER = ["queued", "scheduled", "running", "cancelling", "succeeded", "failed", "cancelled", "dead"];
+// The lifecycle's order; a status the server adds later still shows, after these. The server
+// counts the jobs not finished and the failed and dead ones (an index each), not the rest.
+const STATUS_ORDER = ["queued", "running", "cancelling", "succeeded", "failed", "cancelled", "dead"];
 
 export class Overview {
   constructor(onError) {
@@ -91,11 +92,15 @@ export class Overview {
     const statuses = [...new Set(counts.map((c) => c.status))].sort(
       (a, b) => rank(a) - rank(b) || a.localeCompare(b),
     );
+    // Of the queued, those not due yet (a retry's backoff, a delay): a column after "queued".
+    if (counts.some((c) => c.scheduled)) statuses.splice(statuses.indexOf("queued") + 1, 0, "scheduled");
     const groups = new Map();
-    for (const { job_name: job, tenant, status, n } of counts) {
+    for (const { job_name: job, tenant, status, n, scheduled } of counts) {
       const key = JSON.stringify([job, tenant]);
       if (!groups.has(key)) groups.set(key, { job, tenant, n: {} });
-      groups.get(key).n[status] = (groups.get(key).n[status] || 0) + n;
+      const group = groups.get(key);
+      group.n[status] = (group.n[status] || 0) + n;
+      if (scheduled) group.n.scheduled = (group.n.scheduled || 0) + scheduled;
     }
     const rows = [...groups.values()]
       .sort((a, b) => a.job.localeCompare(b.job) || a.tenant.localeCompare(b.tenant))
