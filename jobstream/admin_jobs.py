@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import asyncpg
@@ -58,6 +58,12 @@ class Page:
     next_cursor: uuid.UUID | None  # the next page: ids below this one
 
 
+# How far an id's time may be from its job's created_at: the id is made by the creating
+# process's clock a moment before the insert, and another host's clock may be off. The id range
+# of a time filter is this much wider; created_at then filters exactly.
+CLOCK_SLACK = timedelta(minutes=5)
+
+
 def first_id_at(when: datetime) -> uuid.UUID:
     """The lowest version-7 id of a job made at `when` (to the millisecond)."""
     millis = int(when.timestamp() * 1000)
@@ -68,19 +74,21 @@ async def page(conn: Queryable, f: Filter, *, cursor: uuid.UUID | None, limit: i
     whole = _whole_id(f.q)
     if whole is not None:
         return await _one(conn, f, whole)
-    upper = min(cursor or _ABOVE_ALL, first_id_at(f.until) if f.until else _ABOVE_ALL)
-    lower = first_id_at(f.since) if f.since else _BELOW_ALL
+    until = first_id_at(f.until + CLOCK_SLACK) if f.until else _ABOVE_ALL
+    upper = min(cursor or _ABOVE_ALL, until)
+    lower = first_id_at(f.since - CLOCK_SLACK) if f.since else _BELOW_ALL
     if f.statuses and set(f.statuses) <= FAILED_STATUSES and f.q is None:
         rows = await conn.fetch(
-            queries.ADMIN_FAILED_PAGE, upper, lower, f.statuses, f.job_name, f.tenant, limit + 1
-        )
+            queries.ADMIN_FAILED_PAGE, upper, lower, f.statuses, f.job_name, f.tenant,
+            limit + 1, f.since, f.until,
+        )  # fmt: skip
         more = len(rows) > limit
         listed = [_listed(r) for r in rows[:limit]]
         return Page(listed, listed[-1].id if more else None)
     floor: uuid.UUID | None = await conn.fetchval(queries.ADMIN_WINDOW_FLOOR, upper, lower, WINDOW)
     rows = await conn.fetch(
         queries.ADMIN_JOBS_PAGE, upper, floor or lower, f.statuses, f.job_name, f.tenant, f.q,
-        limit + 1,
+        limit + 1, f.since, f.until,
     )  # fmt: skip
     listed = [_listed(r) for r in rows[:limit]]
     if len(rows) > limit:
@@ -93,8 +101,9 @@ async def _one(conn: Queryable, f: Filter, job_id: uuid.UUID) -> Page:
     # The range [id, id + 1): the one key, under the page's other filters.
     above = uuid.UUID(int=min(job_id.int + 1, _ABOVE_ALL.int))
     row = await conn.fetchrow(
-        queries.ADMIN_JOBS_PAGE, above, job_id, f.statuses, f.job_name, f.tenant, None, 1
-    )
+        queries.ADMIN_JOBS_PAGE, above, job_id, f.statuses, f.job_name, f.tenant, None, 1,
+        f.since, f.until,
+    )  # fmt: skip
     return Page([_listed(row)] if row is not None else [], None)
 
 

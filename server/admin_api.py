@@ -140,6 +140,9 @@ def _providers(app: AppState, rows: list[asyncpg.Record]) -> list[dict[str, Any]
 async def list_jobs(request: Request) -> Response:
     app = state(request)
     params = request.query_params
+    if any("\x00" in value for value in params.values()):
+        # PostgreSQL's text cannot hold it: a filter with one would be a driver error, a 500.
+        raise Problem(400, "invalid-query", "Invalid query", "A parameter holds U+0000.")
     statuses = _statuses(params.get("status"))
     limit = validation.ascii_int(params.get("limit", str(PAGE_DEFAULT)), max_digits=4)
     if limit is None or not 1 <= limit <= PAGE_MAX:

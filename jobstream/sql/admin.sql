@@ -44,7 +44,8 @@ SELECT id FROM jobs WHERE id < $1 AND id >= $2 ORDER BY id DESC OFFSET $3 - 1 LI
 -- A page of every tenant's jobs, newest first, within the ids [$2, $1): a window of the primary
 -- key that ADMIN_WINDOW_FLOOR bounds, so a page reads at most that many jobs whatever matches. Filters: $3 statuses, $4 job name, $5
 -- tenant, $6 the search (an id's last characters, an idempotency key, or text in the metadata);
--- each NULL for none. $7 rows at most. The cost each attempt and step of the job recorded, its
+-- each NULL for none; $8 made at or after, $9 made before (the id range holds them with a
+-- margin: an id's time is its maker's clock, a moment before created_at). $7 rows at most. The cost each attempt and step of the job recorded, its
 -- error's class.
 SELECT j.id, j.tenant_id, j.job_name, j.status, j.created_at, j.finished_at, j.attempts,
        j.error->>'class' AS error_class, j.idempotency_key,
@@ -58,6 +59,8 @@ SELECT j.id, j.tenant_id, j.job_name, j.status, j.created_at, j.finished_at, j.a
         OR right(replace(j.id::text, '-', ''), length($6)) = lower($6)
         OR j.idempotency_key = $6
         OR strpos(lower(j.metadata::text), lower($6)) > 0)
+   AND ($8::timestamptz IS NULL OR j.created_at >= $8)
+   AND ($9::timestamptz IS NULL OR j.created_at < $9)
  ORDER BY j.id DESC
  LIMIT $7
 
@@ -74,6 +77,8 @@ SELECT j.id, j.tenant_id, j.job_name, j.status, j.created_at, j.finished_at, j.a
    AND j.status = ANY($3::text[])
    AND ($4::text IS NULL OR j.job_name = $4)
    AND ($5::text IS NULL OR j.tenant_id = $5)
+   AND ($7::timestamptz IS NULL OR j.created_at >= $7)
+   AND ($8::timestamptz IS NULL OR j.created_at < $8)
  ORDER BY j.id DESC
  LIMIT $6
 

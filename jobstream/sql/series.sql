@@ -7,16 +7,35 @@
 -- name: FOLD_METRIC_MINUTE
 -- The counters (metric_totals, a few hundred rows at most) as they stand now, as the row of
 -- the current minute: each janitor round rewrites it, so the last write of a minute holds its
--- end. $1 now.
+-- end. A minute with no row before it (the first fold, or the first after the janitor was
+-- away) gets one for the minute before with the same counters: the baseline its difference
+-- starts from, so that its first minute counts what happened since, not all of history. $1 now.
+WITH totals AS (
+    SELECT date_trunc('minute', coalesce($1::timestamptz, statement_timestamp())) AS minute,
+           coalesce(sum(jobs_created), 0) AS jobs_created,
+           coalesce(sum(jobs_accepted), 0) AS jobs_accepted,
+           coalesce(sum(attempts_started) - sum(retries), 0) AS first_attempts,
+           sum_counts(queue_wait_counts) AS queue_wait_counts,
+           coalesce(sum(succeeded) + sum(failed) + sum(unknown) + sum(cancelled) + sum(lost)
+                    + sum(interrupted), 0) AS attempts_ended,
+           sum_counts(run_counts) AS run_counts
+      FROM metric_totals
+), baseline AS (
+    INSERT INTO metric_minutes (minute, jobs_created, jobs_accepted, first_attempts,
+                                queue_wait_counts, attempts_ended, run_counts)
+    SELECT minute - interval '1 minute', jobs_created, jobs_accepted, first_attempts,
+           queue_wait_counts, attempts_ended, run_counts
+      FROM totals
+     WHERE NOT EXISTS (SELECT FROM metric_minutes m
+                        WHERE m.minute >= totals.minute - interval '1 minute'
+                          AND m.minute <= totals.minute)
+    ON CONFLICT (minute) DO NOTHING
+)
 INSERT INTO metric_minutes AS m (minute, jobs_created, jobs_accepted, first_attempts,
                                  queue_wait_counts, attempts_ended, run_counts)
-SELECT date_trunc('minute', coalesce($1::timestamptz, statement_timestamp())),
-       coalesce(sum(jobs_created), 0), coalesce(sum(jobs_accepted), 0),
-       coalesce(sum(attempts_started) - sum(retries), 0), sum_counts(queue_wait_counts),
-       coalesce(sum(succeeded) + sum(failed) + sum(unknown) + sum(cancelled) + sum(lost)
-                + sum(interrupted), 0),
-       sum_counts(run_counts)
-  FROM metric_totals
+SELECT minute, jobs_created, jobs_accepted, first_attempts, queue_wait_counts, attempts_ended,
+       run_counts
+  FROM totals
 ON CONFLICT (minute) DO UPDATE
    SET jobs_created = EXCLUDED.jobs_created, jobs_accepted = EXCLUDED.jobs_accepted,
        first_attempts = EXCLUDED.first_attempts, queue_wait_counts = EXCLUDED.queue_wait_counts,
