@@ -11,6 +11,7 @@ import { LiveText } from "./live_text.js";
 import { Poller } from "./poller.js";
 
 const REFRESH_MS = 3000;
+const ISO_TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d/;
 const TERMINAL = new Set(["succeeded", "failed", "cancelled", "dead"]);
 // The job row's fields the header and the blocks below already show; the rest go in "Details".
 const SHOWN = new Set([
@@ -102,7 +103,7 @@ export class JobView {
       ["Id", h("code", {}, job.id)], ["Job", job.job_name], ["Tenant", job.tenant],
       ...Object.entries(job)
         .filter(([name, value]) => !SHOWN.has(name) && (value === null || typeof value !== "object"))
-        .map(([name, value]) => [name.replaceAll("_", " "), name.endsWith("_at") ? when(value) : value ?? "–"]),
+        .map(([name, value]) => [name.replaceAll("_", " "), ISO_TIME.test(value) ? when(value) : value ?? "–"]),
     ];
     fill(this.el.facts, facts.map(([name, value]) => [h("dt", {}, name), h("dd", {}, value)]));
     fill(this.el.input, json(job.input));

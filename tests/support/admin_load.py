@@ -66,17 +66,21 @@ class Creator:
         self.http = http
         self.load = load
 
-    async def create(self, what: str, tenant: str, body: dict[str, Any]) -> httpx.Response:
-        headers = (
-            {"Authorization": f"Bearer {self.load.keys[tenant]}"} if tenant != "default" else {}
-        )
+    async def create(
+        self, what: str, tenant: str, body: dict[str, Any], *, key: str | None = None
+    ) -> httpx.Response:
+        headers = {"Idempotency-Key": key} if key is not None else {}
+        if tenant != "default":
+            headers["Authorization"] = f"Bearer {self.load.keys[tenant]}"
         response = await self.http.post("/api/jobs", json=body, headers=headers)
         if response.status_code == 202:
             self.load.ids.setdefault(what, []).append(response.json()["id"])
         return response
 
-    async def must(self, what: str, tenant: str, body: dict[str, Any]) -> str:
-        response = await self.create(what, tenant, body)
+    async def must(
+        self, what: str, tenant: str, body: dict[str, Any], *, key: str | None = None
+    ) -> str:
+        response = await self.create(what, tenant, body, key=key)
         assert response.status_code == 202, response.text
         return str(response.json()["id"])
 
@@ -88,7 +92,7 @@ async def start_load(http: httpx.AsyncClient, pool: asyncpg.Pool) -> Load:
     # cancels it.
     await make.must(
         "long", "default",
-        simulated(3000, 10, idempotency_key=LONG_KEY, metadata={"ticket": LONG_TICKET}),
+        simulated(3000, 10, metadata={"ticket": LONG_TICKET}), key=LONG_KEY,
     )  # fmt: skip
     for i in range(30):  # more than a page of the default tenant's jobs
         await make.must("quick", "default", simulated(20, 0, metadata={"n": i}))
@@ -99,6 +103,8 @@ async def start_load(http: httpx.AsyncClient, pool: asyncpg.Pool) -> Load:
         await make.must("permanent", "acme", named("fail", kind="permanent"))
     # A TransientError each attempt: dead after its three.
     await make.must("dead", "acme", named("fail", kind="transient"))
+    # A KeyError, which the job's code did not mean: its attempts keep the traceback.
+    await make.must("crashed", "acme", named("fail", kind="error"))
     await make.must("two_calls", "acme", named("two_calls", tokens=40))
     # Until the budget cannot hold one more: then 402, and the tenant's spend is what it ran.
     for _ in range(20):
