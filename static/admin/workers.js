@@ -42,7 +42,7 @@ export class Workers {
           h("span", { class: `badge state-${w.state}` }, w.state),
           `${w.host} · ${w.pid}`,
           w.version || "–",
-          (w.job_names || []).join(", ") || "all",
+          [{ class: "wrap" }, (w.job_names || []).join(", ") || "all"],
           [{ class: "num" }, count(w.slots)],
           when(w.started_at),
           w.stopped_at ? `stopped ${when(w.stopped_at)}` : ago(w.heartbeat_at),

@@ -182,6 +182,17 @@ async def test_the_dashboard_shows_and_acts_on_a_fleet_under_load(
         moving = await chart_data(page, "chart-throughput")
         assert moving != throughput_before
         assert any(sum(v or 0 for v in series) > 0 for series in json.loads(moving))
+        # And again with the next jobs: two reads while jobs run, two different charts.
+        for _ in range(5):
+            await Creator(stack.http, load).must("more", "default", simulated(20, 0))
+        await page.wait_for_function(
+            """([before]) => {
+                 const chart = document.querySelector("[data-testid=chart-throughput]");
+                 return JSON.stringify(chart.uplot.data.slice(1)) !== before;
+               }""",
+            arg=[moving],
+            timeout=60_000,
+        )
 
         # The overview's counts are the database's, once the load has ended (the long job runs).
         await settled(pool, load)
@@ -246,7 +257,7 @@ async def jobs_filter_search_and_paging(page: Page, load: Load) -> None:
     await page.get_by_role("button", name="Filter").click()
     await expect(page.locator("#jobs-summary")).to_have_text("No job matches.")
 
-    # Paging: the default tenant's 32 jobs, 25 a page; the first job made is on the second.
+    # Paging: the default tenant's 36 jobs, 25 a page: the first one made is on the second.
     await page.get_by_role("button", name="Clear").click()
     await page.get_by_label("Tenant").fill("default")
     await page.get_by_role("button", name="Filter").click()
