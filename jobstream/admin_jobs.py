@@ -20,10 +20,10 @@ import asyncpg
 
 from jobstream.db import Queryable
 from jobstream.sql import queries
+from jobstream.types import FAILED_STATUSES
 
 # Ids a page reads at most (the primary key's entries, then those rows): about 10 ms here.
 WINDOW = 10_000
-FAILED_STATUSES = frozenset({"failed", "dead"})
 _ABOVE_ALL = uuid.UUID(int=(1 << 128) - 1)
 _BELOW_ALL = uuid.UUID(int=0)
 
