@@ -2,6 +2,10 @@
 
     .venv/bin/python -m bench.bench_admin [--jobs 1000000] [--calls 200] [--repeats 3]
 
+1. What the index on ended attempts (job_attempts_finished_idx) adds to SUCCEED_ATTEMPTS
+   (bench/admin_index_cost.py).
+2. The reads:
+
 A history seeded in SQL, as bench_retention seeds its own (bench/retention_seed.py: its attempts,
 tenant lists and counters), but with what the dashboard reads: version-7 ids (the ids jobstream
 makes, whose order is their time), five tenants, three job names, 3 % failed, 1 % dead and 1 %
@@ -33,6 +37,7 @@ from typing import Any
 import httpx
 
 from bench import queue_common as common
+from bench.admin_index_cost import index_costs
 from bench.postgres import durable_postgres
 from bench.queue_common import Latency
 from bench.retention_phases import server
@@ -203,8 +208,9 @@ async def explain(url: str, short: str) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     with durable_postgres("jobstream-bench-admin-") as admin_url:
+        await index_costs(admin_url)
         url = await common.recreate_database(admin_url, DATABASE)
-        print(f"A history of {args.jobs:,} jobs", flush=True)
+        print(f"\n2. A history of {args.jobs:,} jobs", flush=True)
         t0 = time.monotonic()
         await seed(url, args.jobs)
         print(f"   seeded in {time.monotonic() - t0:.0f} s", flush=True)

@@ -200,11 +200,14 @@ def _time(raw: str | None, name: str) -> datetime | None:
         return None
     try:
         value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
+        # In UTC here: an offset can carry year 1 or 9999 past what a timestamp holds (a
+        # driver's OverflowError would be a 500).
+        value = (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):
         raise Problem(
             400, f"invalid-{name}", f"Invalid {name}", f"{name} must be an ISO-8601 time."
         ) from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return value
 
 
 def _cursor(raw: str | None) -> uuid.UUID | None:
