@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-providers browser chat admin-assets fuzz chaos
+.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-admin bench-providers browser chat admin-assets fuzz chaos
 
 ## Installs with uv, itself installed by pip into the venv: from a fresh clone, 22 s against
 ## pip's 63 s here, a fifth of make test's five minutes. pip does it if uv cannot be had.
@@ -144,6 +144,11 @@ bench-providers: $(STAMP)
 ## BENCH_ARGS="--jobs 100000" for a smaller run).
 bench-retention: $(STAMP)
 	$(BIN)/python -m bench.bench_retention $(BENCH_ARGS)
+
+## The operator's dashboard's reads at a million jobs, p99 per read (bench/bench_admin.py; about
+## 5 minutes, most of it the seeding; BENCH_ARGS="--jobs 20000" for a smoke run).
+bench-admin: $(STAMP)
+	$(BIN)/python -m bench.bench_admin $(BENCH_ARGS)
 
 ## jobstream's queue against PgQueuer 1.6.0, side by side (about 20 minutes; BENCH_ARGS=--quick
 ## for a smoke run). Installs the `bench` extra into the venv first.

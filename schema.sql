@@ -151,9 +151,12 @@ CREATE INDEX IF NOT EXISTS jobs_unsettled_idx ON jobs (finished_at)
     WHERE finished_at IS NOT NULL AND expires_at IS NULL;
 CREATE INDEX IF NOT EXISTS jobs_expiry_idx ON jobs (expires_at) WHERE expires_at IS NOT NULL;
 -- Failed and dead jobs, newest first (ids are version-7 UUIDs: time-ordered): the operator's
--- counts of them, the dead letters and a failed/dead jobs page (server/admin_api.py) read this,
--- never all jobs. An entry is added only when a job ends failed or dead.
-CREATE INDEX IF NOT EXISTS jobs_failed_idx ON jobs (id) INCLUDE (job_name, tenant_id, status)
+-- dead letters and a failed/dead jobs page (server/admin_api.py) read this, never all jobs; and
+-- the same jobs in the order of the overview's groups, which it counts without hashing them
+-- (ADMIN_COUNTS: at 40,000 such jobs 7.6 ms a count, against 18.9 hashed). Entries are added
+-- only when a job ends failed or dead (and when such a row is rewritten: settled, retried).
+CREATE INDEX IF NOT EXISTS jobs_failed_idx ON jobs (id) WHERE status IN ('failed', 'dead');
+CREATE INDEX IF NOT EXISTS jobs_failed_groups_idx ON jobs (job_name, tenant_id, status)
     WHERE status IN ('failed', 'dead');
 
 -- A tenant's jobs in the order they were made, with the idempotency keys they were made with:

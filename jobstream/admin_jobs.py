@@ -20,10 +20,10 @@ import asyncpg
 
 from jobstream.db import Queryable
 from jobstream.sql import queries
+from jobstream.types import FAILED_STATUSES
 
 # Ids a page reads at most (the primary key's entries, then those rows): about 10 ms here.
 WINDOW = 10_000
-FAILED_STATUSES = frozenset({"failed", "dead"})
 _ABOVE_ALL = uuid.UUID(int=(1 << 128) - 1)
 _BELOW_ALL = uuid.UUID(int=0)
 
@@ -65,18 +65,27 @@ CLOCK_SLACK = timedelta(minutes=5)
 
 
 def first_id_at(when: datetime) -> uuid.UUID:
-    """The lowest version-7 id of a job made at `when` (to the millisecond)."""
+    """The lowest version-7 id of a job made at `when` (to the millisecond); a time before 1970
+    or past what 48 bits of milliseconds hold (the year 10889) is the lowest or highest id."""
     millis = int(when.timestamp() * 1000)
-    return uuid.UUID(int=max(0, millis) << 80)
+    return uuid.UUID(int=min(max(0, millis), (1 << 48) - 1) << 80)
+
+
+def _shifted(when: datetime, by: timedelta) -> datetime:
+    """`when + by`, or `when` itself where that passes the years a datetime holds."""
+    try:
+        return when + by
+    except OverflowError:
+        return when
 
 
 async def page(conn: Queryable, f: Filter, *, cursor: uuid.UUID | None, limit: int) -> Page:
     whole = _whole_id(f.q)
     if whole is not None:
         return await _one(conn, f, whole)
-    until = first_id_at(f.until + CLOCK_SLACK) if f.until else _ABOVE_ALL
+    until = first_id_at(_shifted(f.until, CLOCK_SLACK)) if f.until else _ABOVE_ALL
     upper = min(cursor or _ABOVE_ALL, until)
-    lower = first_id_at(f.since - CLOCK_SLACK) if f.since else _BELOW_ALL
+    lower = first_id_at(_shifted(f.since, -CLOCK_SLACK)) if f.since else _BELOW_ALL
     if f.statuses and set(f.statuses) <= FAILED_STATUSES and f.q is None:
         rows = await conn.fetch(
             queries.ADMIN_FAILED_PAGE, upper, lower, f.statuses, f.job_name, f.tenant,

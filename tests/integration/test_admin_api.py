@@ -149,6 +149,11 @@ async def test_the_jobs_list_filters_searches_and_pages_newest_first(
     for bad in ["status=nope", "limit=0", "limit=201", "cursor=x", "since=yesterday", "q=%00"]:
         refused = await client.get(f"/admin/api/jobs?{bad}")
         assert refused.status_code == 400, bad
+    # The ends of time: no job, and no 500.
+    for edge in ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "1900-01-01"]:
+        for name in ("since", "until"):
+            answer = await client.get("/admin/api/jobs", params={name: edge})
+            assert answer.status_code in (200, 400), (name, edge, answer.text)
 
 
 async def test_a_job_view_its_actions_and_the_dead_letters(
