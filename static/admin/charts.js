@@ -25,8 +25,11 @@ function themed() {
 }
 
 export class LiveChart {
-  // series: [{ key, label, dash? }] read from the overview's `series` object by key.
-  constructor(uPlot, container, { title, series, unit }) {
+  // series: [{ key, label, dash? }] read from the overview's `series` object by key; `floor`:
+  // the least top of the y axis (an empty hour still has a scale); `points`: draw each minute's
+  // point, for series with gaps (null: nothing measured), where a minute alone between empty
+  // ones has no line to either side and would not show at all.
+  constructor(uPlot, container, { title, series, unit, floor = 1, points = false }) {
     this.container = container;
     this.series = series;
     this.unit = unit;
@@ -38,13 +41,13 @@ export class LiveChart {
         title,
         width: this.width(),
         height: HEIGHT,
-        scales: { y: { range: (_, min, max) => [0, Math.max(1, max * 1.1)] } },
+        scales: { y: { range: (_, min, max) => [0, Math.max(floor, max * 1.1)] } },
         axes: [{ ...axis }, { ...axis, size: 56, values: (_, ticks) => ticks.map((t) => `${+t.toFixed(2)}${unit}`) }],
         series: [
           {},
           ...series.map((s, i) => ({
             label: s.label, stroke: COLOURS[i % COLOURS.length], width: 2, dash: s.dash,
-            spanGaps: false, value: format, points: { show: false },
+            spanGaps: false, value: format, points: { show: points, size: 5 },
           })),
         ],
       },

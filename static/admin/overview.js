@@ -58,7 +58,7 @@ export class Overview {
         ],
       }),
       new LiveChart(uPlot, byId("chart-latency"), {
-        title: "Queue wait and run time", unit: " s",
+        title: "Queue wait and run time", unit: " s", floor: 0.1, points: true,
         series: [
           { key: "queue_wait_p50_s", label: "wait p50" },
           { key: "queue_wait_p95_s", label: "wait p95", dash: [6, 4] },

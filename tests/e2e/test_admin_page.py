@@ -216,6 +216,7 @@ async def test_the_dashboard_shows_and_acts_on_a_fleet_under_load(
         ).to_be_visible()
         await page.screenshot(path=str(SHOTS / "overview-1280.png"), full_page=True)
 
+        await dead_letters_grouped_and_retried(page, load)
         await jobs_filter_search_and_paging(page, load)
         await job_view_shows_attempts_and_cost(page, load, pool)
         await cancel_and_retry_from_the_page(page, stack, load, long_id)
@@ -226,6 +227,20 @@ async def test_the_dashboard_shows_and_acts_on_a_fleet_under_load(
     finally:
         await context.close()
     assert not errors, f"uncaught errors in the page: {errors}"
+
+
+async def dead_letters_grouped_and_retried(page: Page, load: Load) -> None:
+    await page.get_by_role("link", name="Dead letters").click()
+    groups = page.get_by_test_id("dead-groups")
+    busy = groups.locator("tr", has_text="the service is busy")
+    await expect(busy).to_contain_text("transient")
+    await expect(busy.locator("a[href*='" + load.one("dead") + "']")).to_have_count(1)
+    # The permanent failures are failed, not dead: the API refuses their retry, and says so.
+    permanent = groups.locator("tr", has_text="this document cannot be read")
+    await permanent.get_by_role("checkbox").check()
+    await page.get_by_role("button", name="Retry 2 selected").click()
+    await page.get_by_role("dialog").get_by_role("button", name="Retry them").click()
+    await expect(page.locator("#dead-result")).to_have_text("Retried 0 as new jobs; 2 refused.")
 
 
 async def jobs_filter_search_and_paging(page: Page, load: Load) -> None:
