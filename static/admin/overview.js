@@ -106,7 +106,7 @@ export class Overview {
       .sort((a, b) => a.job.localeCompare(b.job) || a.tenant.localeCompare(b.tenant))
       .map((g) =>
         row(
-          [g.job, g.tenant, ...statuses.map((s) => [{ class: "num", dataset: { status: s } }, count(g.n[s])])],
+          [g.job, g.tenant, ...statuses.map((s) => [{ class: "num", dataset: { status: s } }, countLink(g, s)])],
           { dataset: { job: g.job, tenant: g.tenant } },
         ),
       );
@@ -143,6 +143,14 @@ export class Overview {
     });
     fill(this.el.providers, table(["Provider", "In use / limit", "State"], rows));
   }
+}
+
+// A count opens those jobs in the jobs list (the scheduled ones among the queued).
+function countLink(group, status) {
+  const n = group.n[status];
+  if (!n) return "0";
+  const params = new URLSearchParams({ status: status === "scheduled" ? "queued" : status, job: group.job, tenant: group.tenant });
+  return h("a", { href: `#/jobs?${params}` }, count(n));
 }
 
 function rank(status) {

@@ -215,6 +215,13 @@ async def test_the_dashboard_shows_and_acts_on_a_fleet_under_load(
             page.get_by_test_id("providers").locator("[data-provider=simulated]")
         ).to_be_visible()
         await page.screenshot(path=str(SHOTS / "overview-1280.png"), full_page=True)
+        # A count opens its jobs in the list, filtered to them.
+        counts = page.get_by_test_id("counts")
+        await counts.locator("tr[data-job=fail][data-tenant=acme] td[data-status=dead] a").click()
+        await expect(page.get_by_label("Status")).to_have_value("dead")
+        await expect(page.get_by_test_id("jobs-table").locator("tbody tr")).to_have_count(
+            expected["fail|acme|dead"]
+        )
 
         await dead_letters_grouped_and_retried(page, load)
         await jobs_filter_search_and_paging(page, load)
