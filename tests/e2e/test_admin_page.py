@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -44,6 +44,17 @@ TIMEOUT_MS = 30_000
 TERMINAL = ("succeeded", "failed", "cancelled", "dead")
 # What the overview counts (an index each): the jobs not finished, and the failed and dead.
 COUNTED = ["queued", "running", "cancelling", "failed", "dead"]
+
+
+@pytest.fixture(autouse=True)
+def patient_expect() -> Iterator[None]:
+    """Assertions wait up to TIMEOUT_MS, not Playwright's 5 s: beside other suites on two cores
+    a read, a refresh and a redraw may take longer. Put back for the other tests after."""
+    expect.set_options(timeout=TIMEOUT_MS)
+    try:
+        yield
+    finally:
+        expect.set_options(timeout=None)
 
 
 @pytest.fixture
