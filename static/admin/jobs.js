@@ -65,10 +65,11 @@ export class JobsList {
     const stopper = new AbortController();
     this.stopper = stopper;
     const cursor = this.cursors[this.cursors.length - 1];
+    const filters = this.filters();
     this.results.setAttribute("aria-busy", "true");
     let data;
     try {
-      data = await call(`/jobs${query({ ...this.filters(), cursor, limit: PAGE_SIZE })}`, { signal: stopper.signal });
+      data = await call(`/jobs${query({ ...filters, cursor, limit: PAGE_SIZE })}`, { signal: stopper.signal });
     } catch (err) {
       if (!stopper.signal.aborted) this.onError(err);
       return;
@@ -78,6 +79,10 @@ export class JobsList {
     if (stopper.signal.aborted) return;
     this.nextCursor = data.next_cursor || null;
     this.draw(data.jobs || []);
+    // Which filters and page the table shows (the form may say more already): for whoever
+    // reads the page by script, a browser test among them, to know the answer is this one's.
+    this.results.dataset.filters = JSON.stringify(Object.fromEntries(Object.entries(filters).filter(([, v]) => v)));
+    this.results.dataset.page = String(this.cursors.length);
   }
 
   draw(jobs) {

@@ -261,57 +261,83 @@ async def dead_letters_grouped_and_retried(page: Page, load: Load) -> None:
     await expect(page.locator("#dead-result")).to_have_text("Retried 0 as new jobs; 2 refused.")
 
 
+async def shown(page: Page, *, page_number: int = 1, **filters: str) -> list[str]:
+    """Wait until the jobs table shows the answer to exactly these filters (and page); its ids."""
+    await page.wait_for_function(
+        """([want, number]) => {
+             const results = document.getElementById("jobs-results");
+             const got = JSON.parse(results.dataset.filters || "null");
+             const same = (a, b) => JSON.stringify(Object.entries(a).sort()) ===
+                                    JSON.stringify(Object.entries(b).sort());
+             return got && same(got, want) && results.dataset.page === String(number);
+           }""",
+        arg=[filters, page_number],
+    )
+    ids: list[str] = await page.locator("#jobs-results tbody tr").evaluate_all(
+        "trs => trs.map(tr => tr.dataset.id)"
+    )
+    return ids
+
+
 async def jobs_filter_search_and_paging(page: Page, load: Load) -> None:
     await page.get_by_role("link", name="Jobs", exact=True).click()
-    table = page.get_by_test_id("jobs-table")
-    await expect(table).to_be_visible()
+    await expect(page.get_by_test_id("jobs-table")).to_be_visible()
+    await page.get_by_role("button", name="Clear").click()
+    await shown(page)
 
     # Filters: acme's failed `fail` jobs are the two permanent ones, newest first.
     await page.get_by_label("Status").select_option("failed")
     await page.get_by_label("Job name").fill("fail")
     await page.get_by_label("Tenant").fill("acme")
     await page.get_by_role("button", name="Filter").click()
-    rows = table.locator("tbody tr")
-    await expect(rows).to_have_count(2)
-    ids = await rows.evaluate_all("trs => trs.map(tr => tr.dataset.id)")
+    ids = await shown(page, status="failed", job="fail", tenant="acme")
     assert sorted(ids) == sorted(load.ids["permanent"])
     assert ids == sorted(ids, reverse=True)  # UUIDv7: newest first is the ids' order
 
-    # Search: by the idempotency key, by metadata, by id, the long job alone.
+    # Search: by the idempotency key, by metadata, by id, by short id, the long job alone.
     await page.get_by_role("button", name="Clear").click()
-    for needle in (LONG_KEY, LONG_TICKET, load.one("long")):
+    await shown(page)
+    long_id = load.one("long")
+    for needle in (LONG_KEY, LONG_TICKET, long_id, long_id.replace("-", "")[-8:]):
         await page.get_by_label("Search").fill(needle)
         await page.get_by_role("button", name="Filter").click()
-        await expect(rows).to_have_count(1)
-        await expect(rows.first).to_have_attribute("data-id", load.one("long"))
+        assert await shown(page, q=needle) == [long_id], needle
     # A time range that ends before the load began finds nothing.
     await page.get_by_label("Search").fill("")
     await page.get_by_label("Created before").fill("2001-01-01T00:00:00")
     await page.get_by_role("button", name="Filter").click()
+    until = await page.evaluate("new Date('2001-01-01T00:00:00').toISOString()")
+    assert await shown(page, until=until) == []
     await expect(page.locator("#jobs-summary")).to_have_text("No job matches.")
 
     # Paging: the default tenant's 36 jobs, 25 a page: the first one made is on the second.
     await page.get_by_role("button", name="Clear").click()
+    await shown(page)
     await page.get_by_label("Tenant").fill("default")
     await page.get_by_role("button", name="Filter").click()
-    await expect(rows).to_have_count(25)
-    first_page = set(await rows.evaluate_all("trs => trs.map(tr => tr.dataset.id)"))
-    assert load.one("long") not in first_page
+    first_page = await shown(page, tenant="default")
+    assert len(first_page) == 25 and long_id not in first_page
     await page.get_by_role("button", name="Next").click()
-    await expect(page.locator("#jobs-summary")).to_contain_text("Page 2")
-    second_page = set(await rows.evaluate_all("trs => trs.map(tr => tr.dataset.id)"))
-    assert second_page and not first_page & second_page
-    assert load.one("long") in second_page
+    second_page = await shown(page, page_number=2, tenant="default")
+    assert second_page and not set(first_page) & set(second_page)
+    assert long_id in second_page
+    assert first_page + second_page == sorted(first_page + second_page, reverse=True)
     await expect(page.get_by_role("button", name="Next")).to_be_disabled()
     await page.get_by_role("button", name="Previous").click()
-    await expect(page.locator("#jobs-summary")).to_contain_text("Page 1")
+    assert await shown(page, tenant="default") == first_page
     await page.screenshot(path=str(SHOTS / "jobs-1280.png"), full_page=True)
+
+
+async def open_job(page: Page, job_id: str) -> None:
+    """The job's view, once it shows this job (a hash change: the last view was on screen)."""
+    await page.goto(f"/admin/#/jobs/{job_id}")
+    await expect(page.locator("#job-title")).to_have_text(f"Job {job_id.replace('-', '')[-8:]}")
 
 
 async def job_view_shows_attempts_and_cost(page: Page, load: Load, pool: asyncpg.Pool) -> None:
     # The dead job: three attempts, each failed with its error kind and message.
     dead_id = load.one("dead")
-    await page.goto(f"/admin/#/jobs/{dead_id}")
+    await open_job(page, dead_id)
     await expect(page.get_by_test_id("job-status")).to_have_text("dead")
     attempts = page.get_by_test_id("attempts").locator("tbody tr[data-attempt]")
     await expect(attempts).to_have_count(3)
@@ -324,7 +350,7 @@ async def job_view_shows_attempts_and_cost(page: Page, load: Load, pool: asyncpg
     ).to_have_count(3)
 
     # A job whose code raised: its traceback, behind a fold, for operators alone.
-    await page.goto(f"/admin/#/jobs/{load.one('crashed')}")
+    await open_job(page, load.one("crashed"))
     await expect(page.get_by_test_id("job-status")).to_have_text(re.compile("^(failed|dead)$"))
     traceback = page.get_by_test_id("attempts").locator("details").first
     await traceback.locator("summary").click()
@@ -334,7 +360,7 @@ async def job_view_shows_attempts_and_cost(page: Page, load: Load, pool: asyncpg
     quick_id = load.ids["quick"][0]
     cost = await pool.fetchval("SELECT cost_usd FROM job_attempts WHERE job_id = $1", quick_id)
     assert cost is not None and Decimal(cost) > 0
-    await page.goto(f"/admin/#/jobs/{quick_id}")
+    await open_job(page, quick_id)
     await expect(page.get_by_test_id("job-status")).to_have_text("succeeded")
     cell = page.get_by_test_id("attempts").locator("tr[data-attempt='1'] td[data-cost]")
     await expect(cell).not_to_have_attribute("data-cost", "")
@@ -349,7 +375,7 @@ async def cancel_and_retry_from_the_page(
     page: Page, stack: Stack, load: Load, long_id: str
 ) -> None:
     # The long job's text, live over the public events stream, then Cancel after a confirmation.
-    await page.goto(f"/admin/#/jobs/{long_id}")
+    await open_job(page, long_id)
     await expect(page.locator("#job-text-state")).to_have_attribute("data-state", "live")
     await expect(page.get_by_test_id("job-text")).to_contain_text("0 1 2 ")
     await page.get_by_role("button", name="Cancel…").click()
@@ -363,7 +389,7 @@ async def cancel_and_retry_from_the_page(
     # Retry the dead job: a new job (the API's retry of a dead job), which the page opens, and
     # which the API has, the dead one naming it.
     dead_id = load.one("dead")
-    await page.goto(f"/admin/#/jobs/{dead_id}")
+    await open_job(page, dead_id)
     await expect(page.get_by_test_id("job-status")).to_have_text("dead")
     await page.get_by_role("button", name="Retry…").click()
     await page.get_by_role("dialog").get_by_role("button", name="Retry as a new job").click()
