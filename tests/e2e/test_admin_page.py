@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from playwright.async_api import Browser, BrowserContext, Page, expect
+from playwright.async_api import Browser, BrowserContext, Page, ViewportSize, expect
 
 from tests.e2e.conftest import OUTPUT_DIR, Stack
 from tests.support.admin_load import LONG_KEY, LONG_TICKET, Creator, Load, simulated, start_load
@@ -38,8 +38,8 @@ REFRESH_S = 3.0
 # reach the charts about as soon as the jobs end.
 JANITOR_INTERVAL_S = "1"
 SHOTS = OUTPUT_DIR / "admin"
-PHONE = {"width": 390, "height": 844}
-DESKTOP = {"width": 1280, "height": 900}
+PHONE: ViewportSize = {"width": 390, "height": 844}
+DESKTOP: ViewportSize = {"width": 1280, "height": 900}
 TIMEOUT_MS = 30_000
 TERMINAL = ("succeeded", "failed", "cancelled", "dead")
 # What the overview counts (an index each): the jobs not finished, and the failed and dead.
@@ -89,13 +89,22 @@ async def fleet(
 
 
 async def new_page(
-    browser: Browser, stack: Stack, viewport: dict[str, int]
+    browser: Browser, stack: Stack, viewport: ViewportSize
 ) -> tuple[BrowserContext, Page, list[str]]:
-    context = await browser.new_context(base_url=stack.base_url, viewport=viewport)  # type: ignore[arg-type]
+    context = await browser.new_context(base_url=stack.base_url, viewport=viewport)
     context.set_default_timeout(TIMEOUT_MS)
     page = await context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
+    # The page runs under the server's CSP (no inline code): anything it refused is a fault.
+    page.on(
+        "console",
+        lambda message: (
+            errors.append(message.text)
+            if message.type == "error" and "Content Security Policy" in message.text
+            else None
+        ),
+    )
     return context, page, errors
 
 
