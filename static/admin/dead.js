@@ -12,6 +12,7 @@ export class DeadLetters {
     this.list = byId("dead-groups");
     this.retryButton = byId("dead-retry");
     this.result = byId("dead-result");
+    this.scope = byId("dead-scope");
     this.groups = [];
     this.retryButton.addEventListener("click", () => this.retry());
     this.list.addEventListener("change", () => this.updateButton());
@@ -26,7 +27,12 @@ export class DeadLetters {
 
   async load() {
     try {
-      this.groups = (await call("/dead")).groups || [];
+      const data = await call("/dead");
+      this.groups = data.groups || [];
+      // The server groups the newest failed and dead jobs, not all history: say how many.
+      this.scope.textContent = data.window
+        ? `Grouped from the newest ${count(data.window)} failed and dead jobs; up to 5 of each group's are linked.`
+        : "";
     } catch (err) {
       this.onError(err);
       return;

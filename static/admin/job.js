@@ -12,6 +12,10 @@ import { Poller } from "./poller.js";
 
 const REFRESH_MS = 3000;
 const ISO_TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d/;
+const KEY_FACTS = new Set([
+  "provider", "model", "attempts", "max_attempts", "idempotency_key", "created_at", "started_at",
+  "finished_at", "charged_usd",
+]);
 const TERMINAL = new Set(["succeeded", "failed", "cancelled", "dead"]);
 // The job row's fields the header and the blocks below already show; the rest go in "Details".
 const SHOWN = new Set([
@@ -99,13 +103,21 @@ export class JobView {
     this.el.retry.hidden = job.status !== "dead" || Boolean(job.retried_as);
     if (job.retried_as) this.linkNote("Retried as job ", job.retried_as);
     else if (job.retry_of) this.linkNote("A retry of job ", job.retry_of);
-    const facts = [
-      ["Id", h("code", {}, job.id)], ["Job", job.job_name], ["Tenant", job.tenant],
-      ...Object.entries(job)
-        .filter(([name, value]) => !SHOWN.has(name) && (value === null || typeof value !== "object"))
-        .map(([name, value]) => [name.replaceAll("_", " "), ISO_TIME.test(value) ? when(value) : value ?? "–"]),
-    ];
-    fill(this.el.facts, facts.map(([name, value]) => [h("dt", {}, name), h("dd", {}, value)]));
+    // What an operator looks for first; the row's other fields behind a fold (on a phone they
+    // would push the text and the attempts three screens down).
+    const fact = (name, value) => [h("dt", {}, name.replaceAll("_", " ")), h("dd", {}, show(value))];
+    const scalars = Object.entries(job).filter(
+      ([name, value]) => !SHOWN.has(name) && (value === null || typeof value !== "object"),
+    );
+    fill(
+      this.el.facts,
+      h("dl", { class: "facts" },
+        fact("id", h("code", {}, job.id)), fact("job", job.job_name), fact("tenant", job.tenant),
+        scalars.filter(([name]) => KEY_FACTS.has(name)).map(([name, value]) => fact(name, value))),
+      h("details", {},
+        h("summary", {}, "Every field"),
+        h("dl", { class: "facts" }, scalars.filter(([name]) => !KEY_FACTS.has(name)).map(([name, value]) => fact(name, value)))),
+    );
     fill(this.el.input, json(job.input));
     // The envelope: the create as stored (the job's payload: provider, model, limits...).
     fill(this.el.envelope, json(job.payload ?? job.spec ?? job.envelope));
@@ -227,6 +239,11 @@ export class JobView {
     fill(this.el.notice, text, h("a", { href: `#/jobs/${encodeURIComponent(id)}`, class: "mono", title: id }, shortOf(id)), ".");
     this.el.notice.hidden = false;
   }
+}
+
+function show(value) {
+  if (value instanceof Node) return value;
+  return ISO_TIME.test(value) ? when(value) : value ?? "–";
 }
 
 function shortWorker(id) {

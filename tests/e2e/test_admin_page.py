@@ -250,7 +250,7 @@ async def test_the_dashboard_shows_and_acts_on_a_fleet_under_load(
         await killed_worker_turns_stale(page, pool, second_worker)
         # More jobs while the page watches the overview again, for the screenshots.
         await Creator(stack.http, load).must("late", "default", simulated(20, 0))
-        await phone_screenshots(browser, stack)
+        await phone_screenshots(browser, stack, load)
     finally:
         await context.close()
     assert not errors, f"uncaught errors in the page: {errors}"
@@ -431,7 +431,13 @@ async def killed_worker_turns_stale(page: Page, pool: asyncpg.Pool, worker: Mana
     await page.screenshot(path=str(SHOTS / "workers-1280.png"), full_page=True)
 
 
-async def phone_screenshots(browser: Browser, stack: Stack) -> None:
+async def fits_the_phone(page: Page) -> None:
+    """Nothing wider than the phone but the tables, which scroll sideways in their own box."""
+    overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"{page.url} is {overflow} px wider than the phone"
+
+
+async def phone_screenshots(browser: Browser, stack: Stack, load: Load) -> None:
     context, page, errors = await new_page(browser, stack, PHONE)
     try:
         await sign_in(page)
@@ -439,13 +445,20 @@ async def phone_screenshots(browser: Browser, stack: Stack) -> None:
         await page.wait_for_function(
             "document.querySelector('[data-testid=chart-throughput]').dataset.points > 0"
         )
-        # Nothing wider than the phone but the tables, which scroll in their own box.
-        overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 0, f"the page is {overflow} px wider than the phone"
+        await fits_the_phone(page)
         await page.screenshot(path=str(SHOTS / "overview-390.png"), full_page=True)
         await page.goto("/admin/#/jobs")
         await expect(page.get_by_test_id("jobs-table")).to_be_visible()
+        await fits_the_phone(page)
         await page.screenshot(path=str(SHOTS / "jobs-390.png"), full_page=True)
+        await open_job(page, load.one("crashed"))
+        await expect(page.get_by_test_id("attempts")).to_be_visible()
+        await fits_the_phone(page)
+        await page.screenshot(path=str(SHOTS / "job-390.png"), full_page=True)
+        await page.get_by_role("link", name="Workers").click()
+        await expect(page.get_by_test_id("workers")).to_be_visible()
+        await fits_the_phone(page)
+        await page.screenshot(path=str(SHOTS / "workers-390.png"), full_page=True)
     finally:
         await context.close()
     assert not errors, f"uncaught errors in the phone's page: {errors}"
