@@ -23,7 +23,8 @@ export const adminKey = {
   clear: () => sessionStorage.removeItem(STORAGE),
 };
 
-// Whoever shows the key form listens here: one place learns of every refused call.
+// Whoever shows the key form and the error line listens here: one place learns of every
+// refused call ("refused"), and of every answered one ("answered": a problem shown is past).
 export const refusals = new EventTarget();
 
 export async function call(path, { method = "GET", body, signal } = {}) {
@@ -43,6 +44,7 @@ export async function call(path, { method = "GET", body, signal } = {}) {
     if (error.unauthorized) refusals.dispatchEvent(new CustomEvent("refused", { detail: error }));
     throw error;
   }
+  refusals.dispatchEvent(new Event("answered"));
   return data;
 }
 

@@ -15,8 +15,15 @@ const problem = byId("problem");
 function showError(err) {
   if (err instanceof AdminError && err.unauthorized) return; // the key form says it
   problem.textContent = err instanceof AdminError ? `${err.message} (HTTP ${err.status})` : `The server cannot be reached: ${err.message}`;
+  // An outage passes by itself; a refused action (a 409, say) stays until the next view.
+  problem.dataset.passing = String(!(err instanceof AdminError) || err.status >= 500);
   problem.hidden = false;
 }
+
+// The server answers again (after a restart, say): the outage's line goes.
+refusals.addEventListener("answered", () => {
+  if (problem.dataset.passing === "true") problem.hidden = true;
+});
 
 const navigate = (hash) => {
   location.hash = hash;
