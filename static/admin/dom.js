@@ -48,3 +48,13 @@ export function row(cells, props = {}) {
 export function json(value) {
   return h("pre", { class: "json" }, value === undefined ? "–" : JSON.stringify(value, null, 2));
 }
+
+// Redraws `el` with `draw()`, keeping open the folds (<details data-fold="name">) the operator
+// opened: a section read again every few seconds must not snap a traceback shut under them.
+export function keepingFolds(el, draw) {
+  const open = new Set([...el.querySelectorAll("details[data-fold][open]")].map((d) => d.dataset.fold));
+  draw();
+  for (const fold of el.querySelectorAll("details[data-fold]")) {
+    if (open.has(fold.dataset.fold)) fold.open = true;
+  }
+}

@@ -5,7 +5,7 @@
 
 import { call } from "./api.js";
 import { confirmAction } from "./confirm.js";
-import { byId, fill, h, json, row, table } from "./dom.js";
+import { byId, fill, h, json, keepingFolds, row, table } from "./dom.js";
 import { count, seconds, shortOf, usd, when } from "./format.js";
 import { LiveText } from "./live_text.js";
 import { Poller } from "./poller.js";
@@ -17,7 +17,7 @@ const KEY_FACTS = new Set([
   "finished_at", "charged_usd",
 ]);
 const TERMINAL = new Set(["succeeded", "failed", "cancelled", "dead"]);
-// The job row's fields the header and the blocks below already show; the rest go in "Details".
+// The job row's fields the header and the blocks below already show; the rest are its facts.
 const SHOWN = new Set([
   "id", "short_id", "tenant", "tenant_id", "job_name", "status", "input", "payload", "metadata",
   "result", "error",
@@ -109,15 +109,15 @@ export class JobView {
     const scalars = Object.entries(job).filter(
       ([name, value]) => !SHOWN.has(name) && (value === null || typeof value !== "object"),
     );
-    fill(
+    keepingFolds(this.el.facts, () => fill(
       this.el.facts,
       h("dl", { class: "facts" },
         fact("id", h("code", {}, job.id)), fact("job", job.job_name), fact("tenant", job.tenant),
         scalars.filter(([name]) => KEY_FACTS.has(name)).map(([name, value]) => fact(name, value))),
-      h("details", {},
+      h("details", { dataset: { fold: "fields" } },
         h("summary", {}, "Every field"),
         h("dl", { class: "facts" }, scalars.filter(([name]) => !KEY_FACTS.has(name)).map(([name, value]) => fact(name, value)))),
-    );
+    ));
     fill(this.el.input, json(job.input));
     // The envelope: the create as stored (the job's payload: provider, model, limits...).
     fill(this.el.envelope, json(job.payload ?? job.spec ?? job.envelope));
@@ -153,18 +153,20 @@ export class JobView {
         "tr", { class: "attempt-error" },
         h("td", { colSpan: 8 },
           h("p", { class: "error-detail" }, a.error_detail || ""),
-          a.error_trace ? h("details", {}, h("summary", {}, "Traceback"), h("pre", { class: "trace" }, a.error_trace)) : null),
+          a.error_trace
+            ? h("details", { dataset: { fold: `trace-${a.attempt}` } }, h("summary", {}, "Traceback"), h("pre", { class: "trace" }, a.error_trace))
+            : null),
       );
       return [line, detail];
     });
     const total = attempts.reduce((sum, a) => sum + Number(a.cost_usd || 0), 0);
     rows.push(row([[{ colSpan: 5 }, h("strong", {}, "Total")], [{ class: "num" }, h("strong", {}, usd(total))], "", ""], { class: "total" }));
-    fill(
+    keepingFolds(this.el.attempts, () => fill(
       this.el.attempts,
       table(["#", "Worker", "Outcome", "Error kind", "Tokens in / out", "Cost", "Started", "Took"], rows, {
         "data-testid": "attempts",
       }),
-    );
+    ));
   }
 
   drawEvents(events) {
