@@ -383,8 +383,13 @@ async def job_view_shows_attempts_and_cost(page: Page, load: Load, pool: asyncpg
 async def cancel_and_retry_from_the_page(
     page: Page, stack: Stack, load: Load, long_id: str
 ) -> None:
-    # The long job's text, live over the public events stream, then Cancel after a confirmation.
-    await open_job(page, long_id)
+    # The worker running the long job lists it, a link to its view.
+    await page.get_by_role("link", name="Workers").click()
+    running = page.get_by_test_id("workers").locator(f"a[href='#/jobs/{long_id}']")
+    await expect(running).to_have_text(long_id.replace("-", "")[-8:])
+    # Its text, live over the public events stream, then Cancel after a confirmation.
+    await running.click()
+    await expect(page.locator("#job-title")).to_have_text(f"Job {long_id.replace('-', '')[-8:]}")
     await expect(page.locator("#job-text-state")).to_have_attribute("data-state", "live")
     await expect(page.get_by_test_id("job-text")).to_contain_text("0 1 2 ")
     await page.get_by_role("button", name="Cancel…").click()
