@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-providers browser chat fuzz chaos
+.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-admin bench-providers browser chat admin-assets fuzz chaos
 
 ## Installs with uv, itself installed by pip into the venv: from a fresh clone, 22 s against
 ## pip's 63 s here, a fifth of make test's five minutes. pip does it if uv cannot be had.
@@ -27,6 +27,9 @@ run: $(STAMP)
 	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory chat || \
 	  echo "[make run] the chat example could not be built: /chat/ is not served"; \
 	else echo "[make run] npm not found: the chat example (/chat/) is not built"; fi
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory admin-assets || \
+	  echo "[make run] uPlot could not be installed: /admin/ shows no charts"; \
+	else echo "[make run] npm not found: /admin/ shows no charts (make admin-assets)"; fi
 	JOBSTREAM_CHAT_PAGE_DIR="$${JOBSTREAM_CHAT_PAGE_DIR-$(CURDIR)/$(CHAT_PAGE)}" $(BIN)/python -m jobstream.devrun
 
 ## Debian's Chromium for the browser tests (tests/e2e); Playwright drives it, nothing downloaded.
@@ -43,7 +46,7 @@ browser:
 ##   run one after another (a minute's tail).
 ## - The type check runs beside the suite: the suite waits on processes and keeps about one of
 ##   two cores busy, and mypy's 30 s fit in the other.
-test: $(STAMP) browser chat lint
+test: $(STAMP) browser chat admin-assets lint
 	$(BIN)/python -m compileall -q -j 0 jobstream bench tests/support
 	@$(BIN)/mypy > .mypy.out 2>&1 & types=$$!; \
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder; suite=$$?; \
@@ -75,6 +78,30 @@ $(CHAT_PAGE)/app.js: $(CHAT_DEPS) $(CHAT_SRC)
 
 chat: $(CHAT_PAGE)/app.js
 
+## The operator dashboard's charts (/admin/, static/admin/): uPlot at the exact version of
+## deploy/admin/package-lock.json, installed by `npm ci` into .cache/admin-node/ (again only when
+## the lockfile changes) and its two built files copied into static/admin/vendor/ (not committed),
+## which the server serves as they are: no build step at run time, no CDN. `make test` needs it;
+## `make run` runs it where npm is at hand, and without it the dashboard works but draws no chart.
+ADMIN_NODE   := .cache/admin-node
+ADMIN_DEPS   := $(ADMIN_NODE)/.installed-stamp
+ADMIN_VENDOR := static/admin/vendor
+UPLOT_DIST   := $(ADMIN_NODE)/node_modules/uplot/dist
+
+$(ADMIN_DEPS): deploy/admin/package.json deploy/admin/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "make admin-assets: needs Node 20 and npm"; exit 1; }
+	mkdir -p $(ADMIN_NODE)
+	cp deploy/admin/package.json deploy/admin/package-lock.json $(ADMIN_NODE)/
+	cd $(ADMIN_NODE) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(ADMIN_VENDOR)/uPlot.esm.js: $(ADMIN_DEPS)
+	mkdir -p $(ADMIN_VENDOR)
+	cp $(UPLOT_DIST)/uPlot.esm.js $(UPLOT_DIST)/uPlot.min.css $(ADMIN_NODE)/node_modules/uplot/LICENSE $(ADMIN_VENDOR)/
+	touch $@
+
+admin-assets: $(ADMIN_VENDOR)/uPlot.esm.js
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -88,7 +115,7 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration
 
-e2e: $(STAMP) browser chat
+e2e: $(STAMP) browser chat admin-assets
 	$(BIN)/python -m pytest tests/e2e
 
 ## Schemathesis at length against a live server and worker: 12,000+ cases, 6 to 14 minutes
@@ -117,6 +144,11 @@ bench-providers: $(STAMP)
 ## BENCH_ARGS="--jobs 100000" for a smaller run).
 bench-retention: $(STAMP)
 	$(BIN)/python -m bench.bench_retention $(BENCH_ARGS)
+
+## The operator's dashboard's reads at a million jobs, p99 per read (bench/bench_admin.py; about
+## 5 minutes, most of it the seeding; BENCH_ARGS="--jobs 20000" for a smoke run).
+bench-admin: $(STAMP)
+	$(BIN)/python -m bench.bench_admin $(BENCH_ARGS)
 
 ## jobstream's queue against PgQueuer 1.6.0, side by side (about 20 minutes; BENCH_ARGS=--quick
 ## for a smoke run). Installs the `bench` extra into the venv first.

@@ -4,7 +4,7 @@
 -- version and then the routines at the end of this file (jobstream/migrations.py,
 -- docs/architecture.md). Change a table in both: a test checks that the migrations lead to
 -- exactly this schema.
--- schema-version: 17
+-- schema-version: 18
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -150,6 +150,14 @@ CREATE INDEX IF NOT EXISTS jobs_active_tenant_idx ON jobs (tenant_id)
 CREATE INDEX IF NOT EXISTS jobs_unsettled_idx ON jobs (finished_at)
     WHERE finished_at IS NOT NULL AND expires_at IS NULL;
 CREATE INDEX IF NOT EXISTS jobs_expiry_idx ON jobs (expires_at) WHERE expires_at IS NOT NULL;
+-- Failed and dead jobs, newest first (ids are version-7 UUIDs: time-ordered): the operator's
+-- dead letters and a failed/dead jobs page (server/admin_api.py) read this, never all jobs; and
+-- the same jobs in the order of the overview's groups, which it counts without hashing them
+-- (ADMIN_COUNTS: at 40,000 such jobs 7.6 ms a count, against 18.9 hashed). Entries are added
+-- only when a job ends failed or dead (and when such a row is rewritten: settled, retried).
+CREATE INDEX IF NOT EXISTS jobs_failed_idx ON jobs (id) WHERE status IN ('failed', 'dead');
+CREATE INDEX IF NOT EXISTS jobs_failed_groups_idx ON jobs (job_name, tenant_id, status)
+    WHERE status IN ('failed', 'dead');
 
 -- A tenant's jobs in the order they were made, with the idempotency keys they were made with:
 -- the tenant's job list (newest first, keyset-paginated), its create-rate window, and which job
@@ -211,6 +219,12 @@ CREATE TABLE IF NOT EXISTS job_attempts (
 
 CREATE INDEX IF NOT EXISTS job_attempts_running_idx ON job_attempts (provider)
     WHERE outcome = 'running';
+-- Attempts by when they ended: the janitor's fold of each minute's spend (attempt_minutes).
+-- Partial, so a claim (which inserts a running attempt) adds no entry; an attempt's end already
+-- rewrites its row's index entries (its outcome is in the predicate above) and adds one here,
+-- on the right-hand page.
+CREATE INDEX IF NOT EXISTS job_attempts_finished_idx ON job_attempts (finished_at)
+    WHERE finished_at IS NOT NULL;
 
 -- The hottest table: a row per token flush. No foreign key to jobs: every insert is made by the
 -- statement that updates (or inserts) the job's row and allocates the seq there, so the job
@@ -358,6 +372,37 @@ CREATE TABLE IF NOT EXISTS metric_totals (
 -- 1,000 creates: 2.2 s at fillfactor 100, 1.5 s at 10).
 WITH (fillfactor = 10);
 
+-- The operator's per-minute series (jobstream/series.py, docs/admin.md): metric_totals' counters
+-- as they stood at the end of each minute, written by the janitor (the row of the current minute
+-- is rewritten by each of its rounds). A minute's throughput and percentiles are the difference
+-- of two rows, so the overview reads at most 61 rows, never history. Kept
+-- JOBSTREAM_ADMIN_SERIES_KEEP_S.
+CREATE TABLE IF NOT EXISTS metric_minutes (
+    minute            timestamptz PRIMARY KEY,
+    jobs_created      bigint NOT NULL,
+    jobs_accepted     bigint NOT NULL,
+    -- attempts_started - retries: what queue_wait_counts' +Inf bucket counts.
+    first_attempts    bigint NOT NULL,
+    queue_wait_counts bigint[],
+    -- Attempts that ended, whatever their outcome: run_counts' +Inf bucket.
+    attempts_ended    bigint NOT NULL,
+    run_counts        bigint[]
+);
+
+-- What the attempts that ended in a minute cost, by tenant, job name and model, and how many
+-- jobs they ended failed or dead: folded by the janitor once a minute from the attempts that
+-- ended (job_attempts_finished_idx), the last two minutes folded again (a commit a little late
+-- is counted). Kept JOBSTREAM_ADMIN_SERIES_KEEP_S.
+CREATE TABLE IF NOT EXISTS attempt_minutes (
+    minute      timestamptz NOT NULL,
+    tenant_id   text NOT NULL,
+    job_name    text NOT NULL,
+    model       text NOT NULL,
+    cost_usd    numeric(18, 8) NOT NULL,
+    jobs_failed bigint NOT NULL,
+    PRIMARY KEY (minute, tenant_id, job_name, model)
+);
+
 -- A row of claim_jobs' answer (below). A type is data, not a routine: migrations create and
 -- change it as they do tables.
 CREATE TYPE claimed_job AS (
@@ -373,7 +418,7 @@ CREATE TYPE claimed_job AS (
     job_name           text
 );
 
-INSERT INTO schema_version (version) VALUES (17) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (18) ON CONFLICT (version) DO NOTHING;
 
 -- routines: every function, aggregate and view. A fresh database runs this file whole; after
 -- migrations, jobstream/migrations.py runs again what follows this line (every statement is

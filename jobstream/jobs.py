@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from jobstream import events, job_reads, ledger, outbox
+from jobstream import events, job_ids, job_reads, ledger, outbox
 from jobstream.allowances import Allowance
 from jobstream.clock import Clock
 from jobstream.errors import JobNotFound
@@ -106,7 +106,11 @@ async def retry_dead(
         refusal = (await Allowance.locked(conn, tenant_id, now)).refusal(job.estimate_usd)
         if refusal is not None:
             raise refusal
-        row = await conn.fetchrow(queries.RETRY_DEAD, job_id, uuid.uuid4(), now)
+        # A version-7 id as a create's (job_ids.py): time-ordered, so the retry sorts among the
+        # jobs of its minute (the operator's list is newest first by id) and its short id is
+        # its random tail like any job's.
+        retry_id = uuid.UUID(job_ids.new_ids(1)[0])
+        row = await conn.fetchrow(queries.RETRY_DEAD, job_id, retry_id, now)
         assert row is not None  # the row is locked, dead and not retried
         return Retried(job, await job_reads.read(conn, JobRow.of(row)), created=True)
 

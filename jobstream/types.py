@@ -11,6 +11,9 @@ TERMINAL_STATUSES: Final[frozenset[str]] = frozenset({"succeeded", "failed", "ca
 # A job an attempt holds: it has a run_token and a lease. The SQL spells this and
 # TERMINAL_STATUSES out as `status IN (...)` lists (tests/unit/test_sql_literals.py checks them).
 ACTIVE_STATUSES: Final[frozenset[str]] = frozenset({"running", "cancelling"})
+# The jobs that ended without a result for want of one (not cancelled): what jobs_failed_idx
+# holds, the operator's dead letters (SQL spells them `status IN ('failed', 'dead')`).
+FAILED_STATUSES: Final[frozenset[str]] = frozenset({"failed", "dead"})
 
 # The duration histograms' bounds, seconds: metric_totals' *_counts arrays hold one cumulative
 # count per bound, the statements that count spell them out (jobstream/sql/metrics.sql), and

@@ -13,7 +13,9 @@ import importlib.metadata
 import os
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
 
 from jobstream.clock import Clock
 from jobstream.db import Queryable
@@ -75,3 +77,58 @@ async def heartbeat(conn: Queryable, worker: WorkerProcess, clock: Clock) -> Non
 async def stopped(conn: Queryable, worker_id: str, clock: Clock) -> None:
     """A clean exit: the worker's slots leave the fleet now rather than a lease later."""
     await conn.execute(queries.WORKER_STOPPED, worker_id, clock.now())
+
+
+WorkerState = Literal["live", "stale", "stopped"]
+
+
+@dataclass(frozen=True)
+class RunningAttempt:
+    job_id: str
+    job_name: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """A worker as an operator sees it: its row, its state, the attempts it runs."""
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    job_names: list[str]
+    slots: int
+    started_at: datetime
+    heartbeat_at: datetime
+    stopped_at: datetime | None
+    state: WorkerState  # stopped (a clean exit), stale (no heartbeat for the window), live
+    running: list[RunningAttempt] = field(default_factory=list)
+
+
+async def fleet(conn: Queryable, clock: Clock, *, stale_after_s: float) -> list[WorkerView]:
+    """Every worker row the janitor keeps, newest first, each with the attempts it runs: two
+    reads, the workers and the attempts under way (job_attempts_running_idx), whatever the
+    history. An attempt whose worker has no row (pruned, or deleted by hand) is not shown."""
+    rows = await conn.fetch(queries.ADMIN_WORKERS, stale_after_s, clock.now())
+    running: dict[str, list[RunningAttempt]] = {}
+    for r in await conn.fetch(queries.ADMIN_RUNNING_ATTEMPTS):
+        running.setdefault(r["worker_id"], []).append(
+            RunningAttempt(str(r["job_id"]), r["job_name"], r["attempt"])
+        )
+    return [
+        WorkerView(
+            r["id"],
+            r["host"],
+            r["pid"],
+            r["version"],
+            list(r["job_names"]),
+            r["slots"],
+            r["started_at"],
+            r["heartbeat_at"],
+            r["stopped_at"],
+            r["state"],
+            running.get(r["id"], []),
+        )
+        for r in rows
+    ]

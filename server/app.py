@@ -23,6 +23,7 @@ from jobstream.errors import DatabaseUnavailable
 from jobstream.loading import load_app
 from jobstream.server import (
     access_log,
+    admin_api,
     batch_api,
     chat_api,
     chat_page,
@@ -169,8 +170,11 @@ def create_app(
         Route("/api/chat", chat_api.create_chat, methods=["POST"]),
         Route("/api/chat/{chat_id:path}/stream", chat_api.resume_chat, methods=["GET"]),
         Route("/api/chat/{chat_id:path}/stop", chat_api.stop_chat, methods=["POST"]),
+        # The operator's dashboard's data and actions (server/admin_auth.py says who).
+        *admin_api.routes(),
         Route("/", pages.index),
         Route("/jobs/{job_id}", pages.index),
+        Route("/admin/", pages.admin),
         Route("/chat/", chat_page.chat_page),
         Route("/chat/{name}", chat_page.chat_asset),
         Mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static"),

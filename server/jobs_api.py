@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -31,6 +31,7 @@ from jobstream.server.problems import Problem, not_found
 from jobstream.server.responses import json_response
 from jobstream.server.simulated_rules import SimulatedRules
 from jobstream.server.state import AppState, state
+from jobstream.server.stream_tokens import GenerationTokens
 from jobstream.types import JOB_STATUSES
 from jobstream.worker.providers.base import Provider
 
@@ -257,8 +258,16 @@ async def list_jobs(request: Request) -> Response:
 
 
 async def cancel_job(request: Request) -> Response:
-    app = state(request)
     tenant = await tenant_id(request)
+    return await cancel_as(request, tenant, lambda: events_tokens(request))
+
+
+async def cancel_as(
+    request: Request, tenant: str, tokens: Callable[[], Awaitable[GenerationTokens]]
+) -> Response:
+    """The cancel of `tenant`'s job, answered with its events_url signed by `tokens`: the
+    tenant's own (cancel_job) or an operator's acting for it (server/admin_api.py)."""
+    app = state(request)
     job_id = job_id_param(request)
     try:
         snap, changed = await jobs.cancel(app.pool, tenant, job_id, app.clock)
@@ -267,7 +276,7 @@ async def cancel_job(request: Request) -> Response:
     if changed:
         log.info("job_cancel_requested", job_id=str(job_id), status=snap.job.status)
     finished = not changed and snap.job.status != "cancelling"
-    payload = representation.detail(snap, await events_tokens(request))
+    payload = representation.detail(snap, await tokens())
     return json_response(payload, 200 if finished else 202)
 
 
@@ -278,8 +287,20 @@ async def retry_job(request: Request) -> Response:
     request gets the retry already made, `200` with `Idempotent-Replayed: true`. Any status but
     `dead` is a 409.
     """
-    app = state(request)
     tenant = await tenant_id(request)
+    payload, created = await retry_as(request, tenant, lambda: events_tokens(request))
+    location = {"Location": payload["poll_url"]}
+    if created:
+        return json_response(payload, 202, location)
+    return json_response(payload, 200, {**location, "Idempotent-Replayed": "true"})
+
+
+async def retry_as(
+    request: Request, tenant: str, tokens: Callable[[], Awaitable[GenerationTokens]]
+) -> tuple[dict[str, Any], bool]:
+    """The retry of `tenant`'s dead job (retry_job; an operator's, server/admin_api.py): the new
+    job as GET /api/jobs/{id} shows it, and whether this call made it."""
+    app = state(request)
     job_id = job_id_param(request)
     try:
         outcome = await jobs.retry_dead(app.pool, tenant, job_id, app.clock)
@@ -295,10 +316,8 @@ async def retry_job(request: Request) -> Response:
             f"Job {job_id} cannot be retried: {why}.",
         )  # fmt: skip
     payload = representation.detail(
-        outcome.retry, await events_tokens(request), await _remaining(app, outcome.retry)
+        outcome.retry, await tokens(), await _remaining(app, outcome.retry)
     )
-    location = {"Location": payload["poll_url"]}
     if outcome.created:
         log.info("job_retried", job_id=str(job_id), retry_id=payload["id"], status="queued")
-        return json_response(payload, 202, location)
-    return json_response(payload, 200, {**location, "Idempotent-Replayed": "true"})
+    return payload, outcome.created

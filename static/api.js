@@ -2,6 +2,13 @@
 
 export const TERMINAL = new Set(["succeeded", "failed", "cancelled", "dead"]);
 
+// A job's short id: its last 8 hex digits, the random tail. Ids are version-7 UUIDs, whose first
+// 8 digits are the time, the same for every job made within a minute (jobstream/short_ids.py
+// spells it the same way for the API and the CLI).
+export function shortId(id) {
+  return String(id).replaceAll("-", "").toLowerCase().slice(-8);
+}
+
 export class ApiError extends Error {
   constructor(status, problem) {
     super((problem && (problem.detail || problem.title)) || `HTTP ${status}`);

@@ -1,6 +1,7 @@
 // The page's entry point: one document for `/` (the form) and `/jobs/{id}` (a job's view),
 // routed from location.pathname so a job's link opens its view directly, on any device.
 
+import { shortId } from "./api.js";
 import { NewJobForm } from "./form.js";
 import { JobView } from "./jobview.js";
 import { RecentJobs } from "./recent.js";
@@ -23,7 +24,7 @@ function route({ focus }) {
   byId("job-view").hidden = !match;
   if (match) {
     const id = decodeURIComponent(match[1]);
-    document.title = `Job ${id.slice(0, 8)} · jobstream`;
+    document.title = `Job ${shortId(id)} · jobstream`;
     recent.setCurrent(id);
     jobView.open(id);
     if (focus) byId("job-title").focus();

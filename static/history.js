@@ -1,6 +1,6 @@
 // A job's history as the page shows it: one row per attempt, and links between a dead job and its
 // retry (the job resource's attempt_history, retry_of and retried_as).
-import { formatCost } from "./api.js";
+import { formatCost, shortId } from "./api.js";
 
 const HISTORY_COLUMNS = ["#", "Outcome", "Error", "Tokens out", "Cost", "Took"];
 
@@ -10,7 +10,7 @@ export function jobLink(id) {
   a.dataset.nav = "";
   a.title = id;
   const code = document.createElement("code");
-  code.textContent = id.slice(0, 8);
+  code.textContent = shortId(id);
   a.append(code);
   return a;
 }

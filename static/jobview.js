@@ -1,6 +1,6 @@
 // The job view at /jobs/{id}: renders what the JobFollower reports, and the cancel button.
 
-import { ApiError, TERMINAL, formatCost, formatTime, getJob, jobTypes, request } from "./api.js";
+import { ApiError, TERMINAL, formatCost, formatTime, getJob, jobTypes, request, shortId } from "./api.js";
 import { historyRow, jobLink } from "./history.js";
 import { JobFollower } from "./stream.js";
 import { renderValue } from "./structured.js";
@@ -62,7 +62,7 @@ export class JobView {
     this.pollingNoted = false;
     this.detailsAt = 0;
     this.detailsTimer = null;
-    this.el.id.textContent = jobId.slice(0, 8);
+    this.el.id.textContent = shortId(jobId);
     this.el.id.title = jobId;
     const prompt = this.recent.promptOf(jobId);
     this.el.prompt.textContent = prompt || "";

@@ -6,8 +6,9 @@ its connection, so a janitor that dies mid-round frees it for the next one.
 
 A round works in batches (jobstream/retention.py), each its own short transaction on finished
 jobs only, alternating between settling (compacting) and deleting until neither finds a full
-batch; then it prunes old tombstones and folds the counter rows of backends that are gone. Its
-progress is in /metrics (jobs and rows compacted and deleted, and how far it is behind).
+batch; then it prunes old tombstones, folds the counter rows of backends that are gone, and
+writes the dashboard's per-minute series (jobstream/series.py). Its progress is in /metrics
+(jobs and rows compacted and deleted, and how far it is behind).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 import structlog
 
-from jobstream import db, retention
+from jobstream import db, retention, series
 from jobstream.clock import Clock, DatabaseClock
 from jobstream.db import Conn
 from jobstream.settings import Settings
@@ -54,6 +56,8 @@ class Janitor:
         self._pool = pool
         self._settings = settings
         self._clock: Clock = clock or DatabaseClock()
+        # The minute of this janitor's last fold of attempt_minutes: once a minute is enough.
+        self._series_minute: datetime | None = None
 
     async def run(self) -> None:
         """Rounds until cancelled; a failed round is logged and the next one tries again."""
@@ -129,6 +133,11 @@ class Janitor:
             done.workers_pruned = await retention.prune_workers(conn, self._clock)
         async with unhurried(conn):
             done.counters_folded = await retention.fold_counters(conn)
+        async with unhurried(conn):
+            folded = await series.fold(
+                conn, self._clock, keep_s=s.admin_series_keep_s, last_minute=self._series_minute
+            )
+        self._series_minute = folded.minute
         return done
 
 

@@ -70,6 +70,14 @@ class Settings(ProviderSettings, WorkerSettings, ServerSettings, ProcessSettings
             return None
         return settings
 
+    @property
+    def worker_stale_after_s(self) -> float:
+        """How old a worker's heartbeat may be before the dashboard calls it stale: the setting,
+        or two lease ticks (a worker beats with its renewals, every third of a lease)."""
+        if self.heartbeat_window_s is not None:
+            return self.heartbeat_window_s
+        return 2 * self.lease_s / 3
+
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 

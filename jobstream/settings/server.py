@@ -38,6 +38,23 @@ class ServerSettings:
         "API's port while JOBSTREAM_REQUIRE_API_KEY is on.",
         secret=True,
     )
+    admin_key: str = setting(
+        "JOBSTREAM_ADMIN_KEY",
+        "",
+        "Operator key of /admin/api/* (the dashboard's data and actions, every tenant's): "
+        "`Authorization: Bearer <key>`, required wherever it is set (401); a tenant's API key "
+        "never passes. Empty: with API keys off, loopback clients only (403 for any other); "
+        "with JOBSTREAM_REQUIRE_API_KEY on, /admin/api/* is refused (401) (docs/admin.md).",
+        secret=True,
+    )
+    heartbeat_window_s: float | None = setting(
+        "JOBSTREAM_HEARTBEAT_WINDOW_S",
+        None,
+        "A worker whose last heartbeat is older than this, seconds, shows as stale on the "
+        "dashboard (it renews, and so beats, every third of JOBSTREAM_LEASE_S). Unset: two "
+        "lease ticks, 2 x JOBSTREAM_LEASE_S / 3 (20 s).",
+        minimum=0.1,
+    )
     max_body_bytes: int = setting(
         "JOBSTREAM_MAX_BODY_BYTES",
         1_048_576,

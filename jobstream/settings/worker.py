@@ -143,6 +143,14 @@ class WorkerSettings:
         "Run the janitor (retention, compaction) in this worker; one worker at a time does, "
         "by an advisory lock, so it may be on in every worker.",
     )
+    admin_series_keep_s: int = setting(
+        "JOBSTREAM_ADMIN_SERIES_KEEP_S",
+        86_400,
+        "Seconds the janitor keeps the dashboard's per-minute series (metric_minutes, "
+        "attempt_minutes: a row a minute, and one a minute per tenant, job name and model that "
+        "spent); the overview's day of spend reads them.",
+        minimum=3600,
+    )
     janitor_interval_s: float = setting(
         "JOBSTREAM_JANITOR_INTERVAL_S",
         5.0,

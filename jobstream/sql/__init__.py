@@ -28,6 +28,19 @@ class Queries:
     """One attribute per block, named as the block is; grouped by file."""
 
     # attempts.sql
+    ADMIN_COUNTS: str
+    ADMIN_PROVIDERS: str
+    ADMIN_WINDOW_FLOOR: str
+    ADMIN_JOBS_PAGE: str
+    ADMIN_FAILED_PAGE: str
+    ADMIN_JOB: str
+    ADMIN_ATTEMPTS: str
+    ADMIN_TIMELINE: str
+    ADMIN_DELIVERIES: str
+    ADMIN_JOB_TENANT: str
+    ADMIN_DEAD: str
+    ADMIN_WORKERS: str
+    ADMIN_RUNNING_ATTEMPTS: str
     SUCCEED_ATTEMPTS: str
     REQUEUE_JOB: str
     FAIL_JOB: str
@@ -100,6 +113,15 @@ class Queries:
     METRICS_PROVIDER_PAUSES: str
     METRICS_JANITOR_LAG: str
     # tenants.sql
+    FOLD_METRIC_MINUTE: str
+    FOLD_ATTEMPT_MINUTES: str
+    CURRENT_MINUTE: str
+    LAST_ATTEMPT_MINUTE: str
+    PRUNE_METRIC_MINUTES: str
+    PRUNE_ATTEMPT_MINUTES: str
+    SERIES_MINUTES: str
+    SERIES_FAILED: str
+    SERIES_SPEND: str
     INSERT_TENANT: str
     TENANT_BY_KEY_HASH: str
     TENANT_KEY_GENERATION: str

@@ -72,11 +72,11 @@ async def test_a_dead_job_links_to_its_retry_and_the_retry_back(
     await expect(page.get_by_test_id("status")).to_have_text("dead")
     await expect(page.get_by_test_id("error-class")).to_have_text("transient")
     lineage = page.get_by_test_id("lineage")
-    await expect(lineage).to_have_text(f"Retried as job {retry['id'][:8]}.")
+    await expect(lineage).to_have_text(f"Retried as job {retry['id'][-8:]}.")
     await lineage.get_by_role("link").click()
     await page.wait_for_url(f"**/jobs/{retry['id']}")
     await expect_finished(page, "succeeded", count_text(30))
-    await expect(lineage).to_have_text(f"A retry of job {job['id'][:8]}.")
+    await expect(lineage).to_have_text(f"A retry of job {job['id'][-8:]}.")
 
 
 async def test_a_job_of_messages_shows_its_last_user_message_as_the_prompt(

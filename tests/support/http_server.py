@@ -53,13 +53,14 @@ class _PromptServer(DrainingServer):
 
 @asynccontextmanager
 async def serve(
-    app: ASGIApp, *, startup_timeout_s: float = 30, **options: Any
+    app: ASGIApp, *, startup_timeout_s: float = 30, bind: str = "127.0.0.1", **options: Any
 ) -> AsyncIterator[str]:
     """Yield the base URL while uvicorn serves `app`; shut it down after. `options` are more
-    uvicorn.Config arguments."""
+    uvicorn.Config arguments. `bind` "0.0.0.0" serves every address of the host too (the URL
+    still names loopback), for a client that comes from elsewhere."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((bind, 0))
     port = sock.getsockname()[1]
     options.setdefault("timeout_graceful_shutdown", 2)
     options.setdefault("server_header", False)  # as server/__main__.py serves

@@ -12,7 +12,12 @@ from pathlib import Path
 
 from jobstream import channels
 from jobstream.sql import Queries, parse, queries
-from jobstream.types import ACTIVE_STATUSES, DURATION_BUCKETS, TERMINAL_STATUSES
+from jobstream.types import (
+    ACTIVE_STATUSES,
+    DURATION_BUCKETS,
+    FAILED_STATUSES,
+    TERMINAL_STATUSES,
+)
 from tests.support.schema_sql import function_body
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,13 +68,13 @@ def test_statements_notify_on_the_channels_the_listeners_listen_on() -> None:
     }
 
 
-def test_status_lists_are_the_active_or_the_terminal_statuses() -> None:
+def test_status_lists_are_the_active_the_terminal_or_the_failed_statuses() -> None:
     lists = re.findall(r"status IN \(([^)]*)\)", EVERY_STATEMENT)
     assert len(lists) >= 10
     for listed in lists:
         statuses = re.findall(r"'(\w+)'", listed)
         assert ", ".join(f"'{s}'" for s in statuses) == listed
-        assert frozenset(statuses) in (ACTIVE_STATUSES, TERMINAL_STATUSES), listed
+        assert frozenset(statuses) in (ACTIVE_STATUSES, TERMINAL_STATUSES, FAILED_STATUSES), listed
 
 
 def test_histograms_count_at_each_of_the_duration_buckets() -> None:
