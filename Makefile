@@ -141,8 +141,11 @@ bench-retention: $(STAMP)
 	$(BIN)/python -m bench.bench_retention $(BENCH_ARGS)
 
 ## jobstream's queue against PgQueuer 1.6.0, side by side (about 20 minutes; BENCH_ARGS=--quick
-## for a smoke run). Installs the `bench` extra into the venv first.
+## for a smoke run). Installs the `bench` extra into the venv first. BENCH_ARGS=--via-pgbouncer:
+## instead, jobstream's drain and create rows direct and through PgBouncer (about 5 minutes;
+## needs `make pgbouncer`).
 bench-queue: $(STAMP)
+	@case "$(BENCH_ARGS)" in *--via-pgbouncer*) $(MAKE) --no-print-directory pgbouncer;; esac
 	$(UV) -e '.[dev,bench]' || $(PIP) -e '.[dev,bench]'
 	$(BIN)/python -m bench.queue_side_by_side $(BENCH_ARGS)
 
