@@ -35,13 +35,15 @@ browser:
 	@test -x $(CHROMIUM) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium)
 
 ## Debian's PostgreSQL 15, for `make test-pg15`: the suite's own clusters only, so no `main`
-## cluster is created (postgresql-common reads createcluster.conf before the package's set-up).
+## cluster is created (postgresql-common reads createcluster.conf before the package's set-up;
+## --force-confold keeps that file where the package would ask whether to replace it).
 PG15 := /usr/lib/postgresql/15/bin/postgres
 postgresql-15:
 	@test -x $(PG15) || (mkdir -p /etc/postgresql-common && \
 	  (grep -qs '^create_main_cluster' /etc/postgresql-common/createcluster.conf || \
 	   echo 'create_main_cluster = false' >> /etc/postgresql-common/createcluster.conf) && \
-	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql-15)
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+	    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold postgresql-15)
 
 ## Debian's PgBouncer (1.18), for the tests through a pooler: each test runs its own pgbouncer
 ## with its own ini on a free port, never the package's service, which is stopped if the
