@@ -55,7 +55,7 @@ pgbouncer:
 
 ## The suite's database tests (tests/integration, and tests/unit's few) on Debian's PostgreSQL 15
 ## instead of the embedded 18 (tests/support/database.py). PYTEST_ARGS: e.g. "-k claims".
-test-pg15: $(STAMP) postgresql-15 pgbouncer
+test-pg15: $(STAMP) postgresql-15
 	JOBSTREAM_TEST_PG=15 $(BIN)/python -m pytest -n 2 --dist loadfile tests/integration tests/unit $(PYTEST_ARGS)
 
 ## Lint, then the whole suite with the type check beside it.

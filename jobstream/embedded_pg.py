@@ -42,6 +42,15 @@ def debian_bin(major: int) -> Path:
     return path
 
 
+def unprivileged_user() -> str | None:
+    """Who runs a server we start when we are root, made if need be (PostgreSQL and PgBouncer
+    both refuse to run as root); None when we are not root."""
+    if os.geteuid() != 0:
+        return None
+    pg_utils.ensure_user_exists(SYSTEM_USER)
+    return SYSTEM_USER
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))

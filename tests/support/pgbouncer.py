@@ -6,7 +6,7 @@ authentication (the suite's clusters trust loopback). It is this process's child
 ini in a temporary directory, never the package's system service.
 
 PgBouncer refuses to run as root; as root it runs as the embedded PostgreSQL's system user
-(jobstream/embedded_pg.py), which the cluster's start has created.
+(jobstream/embedded_pg.py), created if need be.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from jobstream.embedded_pg import SYSTEM_USER, free_port
+from jobstream.embedded_pg import free_port, unprivileged_user
 
 BINARY = Path("/usr/sbin/pgbouncer")
 INI = Path(__file__).resolve().parents[2] / "deploy" / "pgbouncer" / "pgbouncer.ini"
@@ -100,7 +100,7 @@ def start(server_url: str, port: int, directory: Path) -> subprocess.Popen[bytes
     (directory / "userlist.txt").write_text(f'"{user}" ""\n')
     ini = directory / "pgbouncer.ini"
     ini.write_text(tested_ini(server_url, port, directory))
-    run_as = SYSTEM_USER if os.geteuid() == 0 else None
+    run_as = unprivileged_user()
     if run_as is not None:
         entry = pwd.getpwnam(run_as)
         for path in (directory, *directory.iterdir()):
