@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-admin bench-providers browser chat admin-assets fuzz chaos
+.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-admin bench-providers browser chat admin-assets fuzz chaos postgresql-15 pgbouncer test-pg15
 
 ## Installs with uv, itself installed by pip into the venv: from a fresh clone, 22 s against
 ## pip's 63 s here, a fifth of make test's five minutes. pip does it if uv cannot be had.
@@ -37,6 +37,30 @@ CHROMIUM := /usr/bin/chromium
 browser:
 	@test -x $(CHROMIUM) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium)
 
+## Debian's PostgreSQL 15, for `make test-pg15`: the suite's own clusters only, so no `main`
+## cluster is created (postgresql-common reads createcluster.conf before the package's set-up;
+## --force-confold keeps that file where the package would ask whether to replace it).
+PG15 := /usr/lib/postgresql/15/bin/postgres
+postgresql-15:
+	@test -x $(PG15) || (mkdir -p /etc/postgresql-common && \
+	  (grep -qs '^create_main_cluster' /etc/postgresql-common/createcluster.conf || \
+	   echo 'create_main_cluster = false' >> /etc/postgresql-common/createcluster.conf) && \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+	    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold postgresql-15)
+
+## Debian's PgBouncer (1.18), for the tests through a pooler: each test runs its own pgbouncer
+## with its own ini on a free port, never the package's service, which is stopped if the
+## package's set-up started it (on a machine whose policy-rc.d allows that).
+PGBOUNCER := /usr/sbin/pgbouncer
+pgbouncer:
+	@test -x $(PGBOUNCER) || ((apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends pgbouncer) && \
+	  (invoke-rc.d pgbouncer stop >/dev/null 2>&1 || true))
+
+## The suite's database tests (tests/integration, and tests/unit's few) on Debian's PostgreSQL 15
+## instead of the embedded 18 (tests/support/database.py). PYTEST_ARGS: e.g. "-k claims".
+test-pg15: $(STAMP) postgresql-15
+	JOBSTREAM_TEST_PG=15 $(BIN)/python -m pytest -n 2 --dist loadfile tests/integration tests/unit $(PYTEST_ARGS)
+
 ## Lint, then the whole suite with the type check beside it.
 ## - Our modules are compiled once first: the suite starts servers, workers and CLIs by the
 ##   hundred, and where PYTHONDONTWRITEBYTECODE is set (this machine) each would compile every
@@ -46,7 +70,7 @@ browser:
 ##   run one after another (a minute's tail).
 ## - The type check runs beside the suite: the suite waits on processes and keeps about one of
 ##   two cores busy, and mypy's 30 s fit in the other.
-test: $(STAMP) browser chat admin-assets lint
+test: $(STAMP) browser pgbouncer chat admin-assets lint
 	$(BIN)/python -m compileall -q -j 0 jobstream bench tests/support
 	@$(BIN)/mypy > .mypy.out 2>&1 & types=$$!; \
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder; suite=$$?; \
@@ -115,7 +139,7 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration
 
-e2e: $(STAMP) browser chat admin-assets
+e2e: $(STAMP) browser pgbouncer chat admin-assets
 	$(BIN)/python -m pytest tests/e2e
 
 ## Schemathesis at length against a live server and worker: 12,000+ cases, 6 to 14 minutes
@@ -151,8 +175,11 @@ bench-admin: $(STAMP)
 	$(BIN)/python -m bench.bench_admin $(BENCH_ARGS)
 
 ## jobstream's queue against PgQueuer 1.6.0, side by side (about 20 minutes; BENCH_ARGS=--quick
-## for a smoke run). Installs the `bench` extra into the venv first.
+## for a smoke run). Installs the `bench` extra into the venv first. BENCH_ARGS=--via-pgbouncer:
+## instead, jobstream's drain and create rows direct and through PgBouncer (about 5 minutes;
+## needs `make pgbouncer`).
 bench-queue: $(STAMP)
+	@case "$(BENCH_ARGS)" in *--via-pgbouncer*) $(MAKE) --no-print-directory pgbouncer;; esac
 	$(UV) -e '.[dev,bench]' || $(PIP) -e '.[dev,bench]'
 	$(BIN)/python -m bench.queue_side_by_side $(BENCH_ARGS)
 

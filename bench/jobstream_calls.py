@@ -39,14 +39,21 @@ UPDATE job_attempts SET outcome = 'succeeded', finished_at = now()
 
 
 async def enqueue_http(
-    admin_url: str, *, requests: int, callers: int, batches: int, batch: int, batch_api: bool
+    admin_url: str,
+    *,
+    requests: int,
+    callers: int,
+    batches: int,
+    batch: int,
+    batch_api: bool,
+    pooler: common.Pooler | None = None,
 ) -> dict[str, Enqueued | None]:
     """POST /api/jobs from 1 and from `callers` clients, and POST /api/jobs/batch without
-    idempotency keys and with one an item."""
+    idempotency keys and with one an item. `pooler`: the server's pool through PgBouncer."""
     url = await side.prepare(admin_url)
     await common.settle(url)
     figures: dict[str, Enqueued | None] = {}
-    async with side.server(url) as base:
+    async with side.server(url, None if pooler is None else pooler(url)) as base:
         for n in (1, callers):
             connections = [await http_load.Connection.open(base) for _ in range(n)]
             try:
@@ -89,12 +96,18 @@ async def _post_one(connection: http_load.Connection) -> int:
     return 1
 
 
-async def enqueue_direct(admin_url: str, *, requests: int, callers: int) -> dict[str, Enqueued]:
+async def enqueue_direct(
+    admin_url: str, *, requests: int, callers: int, pooler: common.Pooler | None = None
+) -> dict[str, Enqueued]:
     """creates.create in this process, from 1 and from `callers` tasks: the library call that
-    PgQueuer's enqueue compares with, without HTTP in front of it."""
+    PgQueuer's enqueue compares with, without HTTP in front of it. `pooler`: the pool through
+    PgBouncer."""
     url = await side.prepare(admin_url)
     await common.settle(url)
-    pool = await common.create_pool(url, callers)
+    if pooler is None:
+        pool = await common.create_pool(url, callers)
+    else:
+        pool = await common.create_pool(pooler(url), callers, pooler=True)
     try:
         return {
             f"create x{n}": await common.timed_calls(

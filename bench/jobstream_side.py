@@ -52,9 +52,10 @@ async def prepare(admin_url: str) -> str:
     return url
 
 
-def server(url: str) -> AbstractAsyncContextManager[str]:
-    """A `python -m jobstream.server` process on `url`'s database; yields its base URL."""
-    return server_process(url, pool_max=32)
+def server(url: str, pooled_url: str | None = None) -> AbstractAsyncContextManager[str]:
+    """A `python -m jobstream.server` process on `url`'s database (its pool through PgBouncer's
+    `pooled_url` when given); yields its base URL."""
+    return server_process(url, pool_max=32, pooled_url=pooled_url)
 
 
 async def probe_batch(admin_url: str) -> bool:

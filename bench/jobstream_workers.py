@@ -27,9 +27,9 @@ SELECT (EXISTS (SELECT 1 FROM jobs WHERE status = 'queued')
 """
 
 
-def _worker_env(url: str, concurrency: int) -> dict[str, str]:
+def _worker_env(url: str, concurrency: int, pooled_url: str | None = None) -> dict[str, str]:
     return {
-        "DATABASE_URL": url,
+        **common.database_env(url, pooled_url),
         "JOBSTREAM_WORKER_CONCURRENCY": str(concurrency),
         "JOBSTREAM_DB_POOL_MAX": "20",
         "JOBSTREAM_LOG_LEVEL": "warning",
@@ -41,12 +41,20 @@ def _worker_env(url: str, concurrency: int) -> dict[str, str]:
 
 
 async def drain(
-    admin_url: str, *, count: int, processes: int, concurrency: int, batch_api: bool
+    admin_url: str,
+    *,
+    count: int,
+    processes: int,
+    concurrency: int,
+    batch_api: bool,
+    pooler: common.Pooler | None = None,
 ) -> Drained:
     """`count` queued no-op jobs, then `processes` workers; timed from the first job's start to
     the last one's end. The provider is paused meanwhile, so every worker is up and polling
-    before any job may be claimed (a later process would otherwise start with less to do)."""
+    before any job may be claimed (a later process would otherwise start with less to do).
+    `pooler`: the workers' pools go through PgBouncer (the URL it maps the database's to)."""
     url = await side.prepare(admin_url)
+    pooled_url = None if pooler is None else pooler(url)
     conn = await common.connect(url)
     workers: list[asyncio.subprocess.Process] = []
     try:
@@ -57,10 +65,12 @@ async def drain(
         await side.fill(url, count, batch_api=batch_api)
         await common.settle(url)
         for _ in range(processes):
-            workers.append(await common.spawn("worker", env=_worker_env(url, concurrency)))
+            env = _worker_env(url, concurrency, pooled_url)
+            workers.append(await common.spawn("worker", env=env))
         alive = common.check_alive(workers)
-        # Each worker holds a pool connection and its LISTEN connection once it runs.
-        await common.wait_for_clients(conn, 2 * processes)
+        # Each worker holds a pool connection and its LISTEN connection once it runs; through
+        # PgBouncer the pools' server connections are shared, so at least one of those.
+        await common.wait_for_clients(conn, 2 * processes if pooler is None else processes + 1)
         await asyncio.sleep(0.5)
         alive()
         flushes_before = await common.wal_flushes(conn)

@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # connections tells whether the workers under test have connected.
 APPLICATION = "queue_bench"
 POLL_S = 0.25
+# A database's direct URL to the same database's through PgBouncer (bench/queue_via_pgbouncer.py).
+Pooler = Callable[[str], str]
 
 
 # --- child processes ---
@@ -94,6 +96,14 @@ async def drop_database(admin_url: str, name: str) -> None:
     await _administer(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def database_env(url: str, pooled_url: str | None) -> dict[str, str]:
+    """A jobstream process's database settings: `url` alone, or the pool through PgBouncer's
+    `pooled_url` and the sessions direct on `url`."""
+    if pooled_url is None:
+        return {"DATABASE_URL": url}
+    return {"DATABASE_URL": pooled_url, "JOBSTREAM_DIRECT_DATABASE_URL": url}
+
+
 async def connect(url: str, *, json_codecs: bool = True) -> asyncpg.Connection:
     """A connection of the benchmark's own. `json_codecs`: jobstream's (orjson both ways);
     PgQueuer's connections need asyncpg's default (it sends its jsonb as text)."""
@@ -103,12 +113,17 @@ async def connect(url: str, *, json_codecs: bool = True) -> asyncpg.Connection:
     return conn
 
 
-async def create_pool(url: str, size: int, *, json_codecs: bool = True) -> asyncpg.Pool:
+async def create_pool(
+    url: str, size: int, *, json_codecs: bool = True, pooler: bool = False
+) -> asyncpg.Pool:
     """A pool of the benchmark's own. `json_codecs`: jobstream's side, which gets the pool
     jobstream's processes use (db.create_pool: no reset statements on release); else asyncpg's
-    default, as PgQueuer's documentation makes it (RESET ALL and friends at every release)."""
+    default, as PgQueuer's documentation makes it (RESET ALL and friends at every release).
+    `pooler`: `url` is PgBouncer's (no statement cache, as the processes' pools through it)."""
     if json_codecs:
-        return await db.create_pool(url, min_size=size, max_size=size, application_name=APPLICATION)
+        return await db.create_pool(
+            url, min_size=size, max_size=size, application_name=APPLICATION, pooler=pooler
+        )
     pool = await asyncpg.create_pool(
         url, min_size=size, max_size=size, server_settings={"application_name": APPLICATION}
     )

@@ -32,6 +32,7 @@ class Options:
     pgq: Shape
     scenarios: tuple[str, ...]
     out: Path | None
+    via_pgbouncer: bool
 
 
 def parse_args(argv: list[str] | None = None) -> Options:
@@ -78,6 +79,10 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--only", default=",".join(SCENARIOS),
                         help=f"scenarios to run, of {','.join(SCENARIOS)}")  # fmt: skip
     parser.add_argument("--out", type=Path, help="also write the summary table to this file")
+    parser.add_argument("--via-pgbouncer", action="store_true",
+                        help="instead of PgQueuer: jobstream's drain and create rows with its"
+                        " pools direct and through PgBouncer in transaction mode, side by side"
+                        " (needs /usr/sbin/pgbouncer: make pgbouncer)")  # fmt: skip
     args = parser.parse_args(argv)
     quick = args.quick
 
@@ -108,4 +113,5 @@ def parse_args(argv: list[str] | None = None) -> Options:
         pgq=Shape(args.pgq_consumers, args.pgq_batch),
         scenarios=scenarios,
         out=args.out,
+        via_pgbouncer=args.via_pgbouncer,
     )

@@ -2,6 +2,7 @@
 
     make bench-queue                                   (installs the `bench` extra, then runs this)
     .venv/bin/python -m bench.queue_side_by_side [--quick] [--repeats N] [--out FILE]
+    .venv/bin/python -m bench.queue_side_by_side --via-pgbouncer    (bench/queue_via_pgbouncer.py)
 
 One embedded PostgreSQL with fsync and synchronous_commit on (or DATABASE_URL, which must allow
 CREATE DATABASE) holds one database per system, dropped and made afresh before every
@@ -61,7 +62,7 @@ from pathlib import Path
 
 import asyncpg
 
-from bench import jobstream_side, pgqueuer_side
+from bench import jobstream_side, pgqueuer_side, queue_via_pgbouncer
 from bench.postgres import durable_postgres
 from bench.queue_options import Options, parse_args
 from bench.queue_scenarios import SECTIONS
@@ -88,8 +89,11 @@ async def _run(options: Options, admin_url: str) -> None:
     print(notes, flush=True)
     table = Table()
     try:
+        if options.via_pgbouncer:
+            table = Table(sides=queue_via_pgbouncer.SIDES)
+            await queue_via_pgbouncer.run(options, admin_url, table, batch_api)
         for name, section in SECTIONS.items():
-            if name in options.scenarios:
+            if name in options.scenarios and not options.via_pgbouncer:
                 began = time.monotonic()
                 await section(options, admin_url, table, batch_api)
                 print(f"    ({name}: {(time.monotonic() - began) / 60:.1f} min)", flush=True)
@@ -114,7 +118,7 @@ async def _describe(admin_url: str) -> str:
     finally:
         await conn.close()
     return (
-        "queue_side_by_side: jobstream vs PgQueuer\n"
+        "queue_side_by_side: jobstream vs PgQueuer (--via-pgbouncer: direct vs PgBouncer)\n"
         f"PostgreSQL: {version}\n"
         f"  fsync = {fsync}, synchronous_commit = {sync_commit},"
         f" shared_buffers = {shared_buffers}\n"

@@ -16,9 +16,12 @@ class Row:
     scenario: str
     unit: str
     higher_is_better: bool
-    values: dict[str, list[float | None]] = field(
-        default_factory=lambda: {JOBSTREAM: [], PGQUEUER: []}
-    )
+    sides: tuple[str, str] = (JOBSTREAM, PGQUEUER)
+    values: dict[str, list[float | None]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for side in self.sides:
+            self.values.setdefault(side, [])
 
     def median(self, side: str) -> float | None:
         known = [v for v in self.values[side] if v is not None]
@@ -31,7 +34,7 @@ class Row:
         return " / ".join(self._fmt(v) for v in (min(known), statistics.median(known), max(known)))
 
     def ratio(self) -> str:
-        ours, theirs = self.median(JOBSTREAM), self.median(PGQUEUER)
+        ours, theirs = self.median(self.sides[0]), self.median(self.sides[1])
         if ours is None or theirs is None or theirs == 0:
             return "n/a"
         return f"{ours / theirs:.2f}"
@@ -47,26 +50,32 @@ class Row:
 @dataclass
 class Table:
     rows: dict[str, Row] = field(default_factory=dict)
+    # The two columns, compared as first / second: the queues, or one queue two ways
+    # (bench/queue_via_pgbouncer.py: direct and through PgBouncer).
+    sides: tuple[str, str] = (JOBSTREAM, PGQUEUER)
 
     def add(self, scenario: str, unit: str, side: str, value: float | None) -> None:
         higher = unit == "jobs/s"
-        row = self.rows.setdefault(scenario, Row(scenario, unit, higher))
+        row = self.rows.setdefault(scenario, Row(scenario, unit, higher, self.sides))
         row.values[side].append(value)
 
     def print_rows(self, scenarios: list[str]) -> None:
         for name in scenarios:
             row = self.rows[name]
+            first, second = self.sides
             print(
-                f"    = {name} [{row.unit}]: jobstream {row.spread(JOBSTREAM)};"
-                f" pgqueuer {row.spread(PGQUEUER)}; ratio of medians {row.ratio()}"
+                f"    = {name} [{row.unit}]: {first} {row.spread(first)};"
+                f" {second} {row.spread(second)}; ratio of medians {row.ratio()}"
             )
 
     def render(self) -> str:
-        head = ("scenario", "unit", "jobstream min / median / max", "pgqueuer min / median / max",
-                "js/pgq")  # fmt: skip
+        first, second = self.sides
+        ratio = "js/pgq" if self.sides == (JOBSTREAM, PGQUEUER) else f"{first}/{second}"
+        head = ("scenario", "unit", f"{first} min / median / max", f"{second} min / median / max",
+                ratio)  # fmt: skip
         lines = [
-            (r.scenario, r.unit + (" ^" if r.higher_is_better else " v"), r.spread(JOBSTREAM),
-             r.spread(PGQUEUER), r.ratio())
+            (r.scenario, r.unit + (" ^" if r.higher_is_better else " v"), r.spread(first),
+             r.spread(second), r.ratio())
             for r in self.rows.values()
         ]  # fmt: skip
         widths = [max(len(x[i]) for x in [head, *lines]) for i in range(len(head))]
@@ -77,5 +86,5 @@ class Table:
             out.append("  ".join(cells))
             if n == 0:
                 out.append("  ".join("-" * w for w in widths))
-        out.append("(^ higher is better, v lower is better; js/pgq is the ratio of the medians)")
+        out.append(f"(^ higher is better, v lower is better; {ratio} is the ratio of the medians)")
         return "\n".join(out)

@@ -34,12 +34,15 @@ async def wait_healthy(
 
 
 @asynccontextmanager
-async def server_process(url: str, *, pool_max: int) -> AsyncIterator[str]:
+async def server_process(
+    url: str, *, pool_max: int, pooled_url: str | None = None
+) -> AsyncIterator[str]:
     """A server on `url`'s database with a pool of `pool_max` connections; yields its base URL
-    once it answers."""
+    once it answers. `pooled_url`: the same database through PgBouncer, for the pool, with
+    `url` as JOBSTREAM_DIRECT_DATABASE_URL."""
     port = free_port()
     env = {
-        "DATABASE_URL": url,
+        **common.database_env(url, pooled_url),
         "JOBSTREAM_PORT": str(port),
         "JOBSTREAM_DB_POOL_MAX": str(pool_max),
         "JOBSTREAM_LOG_LEVEL": "warning",

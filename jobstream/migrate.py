@@ -32,7 +32,9 @@ def main() -> int:
     settings = Settings.for_process("migrate")
     if settings is None or settings.database_url is None:
         return 2
-    version = asyncio.run(_migrate(settings.database_url, settings.db_connect_timeout_s))
+    # Schema changes hold their lock and run many statements: the direct connection, if any.
+    url = settings.session_database_url or settings.database_url
+    version = asyncio.run(_migrate(url, settings.db_connect_timeout_s))
     print(f"jobstream migrate: the database is at schema version {version}")
     return 0
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import asyncpg
 import structlog
 
+from jobstream import db
 from jobstream.db import Conn
 from jobstream.errors import JobstreamError
 from jobstream.sql import queries
@@ -121,6 +122,20 @@ async def apply_schema(conn: Conn, sql: str | None = None) -> int:
             log.warning("schema_change_retried", attempt=attempt, error=str(exc))
             await asyncio.sleep(0.2 * attempt)
     raise AssertionError("unreachable")
+
+
+async def apply_schema_on(pool: asyncpg.Pool, direct_url: str | None) -> int:
+    """apply_schema on a connection of the pool, or, when the pool is a transaction pooler's
+    (`direct_url` set beside it), on a direct connection of its own: a schema change is many
+    statements and a lock in one session, which the pooler does not promise."""
+    if direct_url is None:
+        async with pool.acquire() as pooled:
+            return await apply_schema(pooled)
+    direct = await db.connect(direct_url)
+    try:
+        return await apply_schema(direct)
+    finally:
+        await direct.close()
 
 
 async def _change(conn: Conn, sql: str, target: int) -> None:

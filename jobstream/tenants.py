@@ -220,7 +220,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m jobstream.
     grace_s = getattr(args, "grace_s", None)
     try:
         key, said = asyncio.run(
-            _run(settings.database_url, args, settings.key_grace_s if grace_s is None else grace_s)
+            # One connection of its own, with asyncpg's statement cache: the direct URL, if any.
+            _run(
+                settings.session_database_url or settings.database_url,
+                args,
+                settings.key_grace_s if grace_s is None else grace_s,
+            )
         )
     except (TenantExists, UnknownTenant) as exc:
         print(f"jobstream tenants: {exc}", file=sys.stderr)

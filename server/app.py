@@ -67,6 +67,9 @@ def create_app(
     if settings.database_url is None:
         raise ValueError("create_app needs settings.database_url")
     database_url = settings.database_url
+    # LISTEN and schema changes need a session: JOBSTREAM_DIRECT_DATABASE_URL when DATABASE_URL
+    # is a transaction pooler, else the one URL.
+    session_url = settings.session_database_url or database_url
     definitions = dict((jobs if jobs is not None else load_app(settings.app)).jobs)
     access_log.install()
     # Made here, not in the lifespan: tokens signed with a per-process key must stay valid for
@@ -82,11 +85,11 @@ def create_app(
 
             async def open_pool() -> asyncpg.Pool:
                 pool = await db.create_pool(
-                    database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
-                )
+                    database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max,
+                    pooler=settings.pooled,
+                )  # fmt: skip
                 try:
-                    async with pool.acquire() as conn:
-                        await migrations.apply_schema(conn)
+                    await migrations.apply_schema_on(pool, settings.direct_database_url)
                 except BaseException:
                     pool.terminate()  # the step runs again from the start: leave nothing open
                     raise
@@ -106,7 +109,7 @@ def create_app(
             providers = build_providers(settings)
             cleanup.push_async_callback(close_providers, providers)
             hub = Hub(
-                database_url=database_url,
+                database_url=session_url,
                 pool=pool,
                 recheck_s=settings.hub_recheck_s,
                 probe_s=settings.hub_probe_s,

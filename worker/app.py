@@ -40,6 +40,8 @@ async def serve(settings: Settings, app: App | None = None) -> None:
     Raises DatabaseUnavailable when PostgreSQL never answered within db_connect_timeout_s.
     """
     assert settings.database_url is not None  # checked by the caller, with a clear message
+    # The schema change runs on a session of its own: the direct URL beside a pooler.
+    session_url = settings.session_database_url or settings.database_url
     worker = create_worker(settings, app)
     # Every line of this process names its worker, signal handling included (the handlers below
     # run in a copy of this context).
@@ -63,7 +65,7 @@ async def serve(settings: Settings, app: App | None = None) -> None:
     # A signal while the database is still being waited for ends the process at once: there is
     # nothing to hand back yet.
     starting = asyncio.create_task(
-        prepare_database(settings.database_url, settings.db_connect_timeout_s),
+        prepare_database(session_url, settings.db_connect_timeout_s),
         name="prepare-database",
     )
     stopping = asyncio.create_task(stop_requested.wait(), name="stop-requested")

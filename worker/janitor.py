@@ -79,7 +79,7 @@ class Janitor:
 
     async def run_round(self) -> Round | None:
         """One round of work, or None when another janitor holds the lock."""
-        async with self._pool.acquire() as conn:
+        async with self._session() as conn:
             if not await conn.fetchval(queries.TRY_LOCK, LOCK_ID):
                 return None
             try:
@@ -90,6 +90,23 @@ class Janitor:
                 # the lock with its session.
                 with contextlib.suppress(*db.DISCONNECTS):
                     await conn.execute(queries.UNLOCK, LOCK_ID)
+
+    @contextlib.asynccontextmanager
+    async def _session(self) -> AsyncIterator[Conn]:
+        """A connection whose session lasts the round, for the session lock: one of the pool's,
+        or, when the pool is a transaction pooler's (JOBSTREAM_DIRECT_DATABASE_URL set), a
+        direct one for the round, since the pooler hands each transaction to any server
+        connection and the lock would stay on one that other clients then use."""
+        direct = self._settings.direct_database_url
+        if direct is None:
+            async with self._pool.acquire() as conn:
+                yield conn
+            return
+        own = await db.connect(direct, application_name="jobstream-janitor")
+        try:
+            yield own
+        finally:
+            await own.close()
 
     async def _work(self, conn: Conn) -> Round:
         s = self._settings

@@ -69,6 +69,8 @@ class Worker:
             raise ValueError("the worker needs settings.database_url (DATABASE_URL)")
         self._settings = settings
         self._url = settings.database_url
+        # LISTEN needs a session: the direct URL when DATABASE_URL is a transaction pooler.
+        self._session_url = settings.session_database_url or settings.database_url
         self._pool = pool
         self._owns_pool = pool is None
         self._clock: Clock = clock or DatabaseClock()
@@ -103,7 +105,7 @@ class Worker:
         self._leases: Leases | None = None  # the attempts' lease renewals, while running
         self._token_writes: TokenWrites | None = None  # the streams' token writer, while running
         self._listener = Listener(
-            self._url,
+            self._session_url,
             {channels.CHANNEL_JOBS: self._on_runnable, channels.CHANNEL_CANCEL: self._on_cancel},
             on_connect=self._on_listener_connect,
             name=f"jobstream-worker-listener:{self.worker_id}",
@@ -158,6 +160,7 @@ class Worker:
                         min_size=s.db_pool_min,
                         max_size=s.db_pool_max,
                         generic_plans=True,
+                        pooler=s.pooled,
                     ),
                 )
             try:

@@ -16,6 +16,15 @@ class ProcessSettings:
         None,
         "PostgreSQL URL. Unset: `make run` and the tests start an embedded PostgreSQL.",
     )
+    direct_database_url: str | None = setting(
+        "JOBSTREAM_DIRECT_DATABASE_URL",
+        None,
+        "PostgreSQL URL that bypasses a connection pooler, for what needs a session of its own: "
+        "LISTEN, the janitor's advisory lock, schema changes. Set it when DATABASE_URL is "
+        "PgBouncer in transaction mode (the pool then keeps no prepared statements). Unset: "
+        "DATABASE_URL serves everything.",
+        secret=True,  # a URL may carry a password
+    )
     db_pool_min: int = setting("JOBSTREAM_DB_POOL_MIN", 1, "Pool connections kept open.", minimum=0)
     db_pool_max: int = setting("JOBSTREAM_DB_POOL_MAX", 10, "Pool connections at most.", minimum=1)
     db_connect_timeout_s: float = setting(
@@ -46,6 +55,16 @@ class ProcessSettings:
         minimum=1,
     )
 
+    @property
+    def session_database_url(self) -> str | None:
+        """Where connections that need a session of their own go: the direct URL, or the one."""
+        return self.direct_database_url or self.database_url
+
+    @property
+    def pooled(self) -> bool:
+        """DATABASE_URL is a transaction pooler (a direct URL is set beside it)."""
+        return self.direct_database_url is not None
+
 
 def problems(settings: ProcessSettings) -> list[str]:
     found = not_above(settings, "db_pool_min", "db_pool_max")
@@ -57,4 +76,9 @@ def problems(settings: ProcessSettings) -> list[str]:
         ("postgres://", "postgresql://")
     ):
         found.append("DATABASE_URL must start with postgresql://")
+    if settings.direct_database_url is not None:
+        if not settings.direct_database_url.startswith(("postgres://", "postgresql://")):
+            found.append("JOBSTREAM_DIRECT_DATABASE_URL must start with postgresql://")
+        if settings.database_url is None:
+            found.append("JOBSTREAM_DIRECT_DATABASE_URL needs DATABASE_URL (the pooler's URL)")
     return found

