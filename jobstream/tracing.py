@@ -57,7 +57,12 @@ def configure(settings: TraceSettings) -> None:
     # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the provider reads
     # OTEL_TRACES_SAMPLER; each exporter its own OTEL_EXPORTER_* variables; the batch processor
     # OTEL_BSP_*: the SDK's standard environment, not one of ours.
-    provider = TracerProvider(resource=Resource.create({"service.name": "jobstream"}))
+    resource = Resource.create()
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        # Named by neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES, which must win: an
+        # attribute given to Resource.create would override theirs.
+        resource = resource.merge(Resource({"service.name": "jobstream"}))
+    provider = TracerProvider(resource=resource)
     for name in names:
         (found,) = entry_points(group="opentelemetry_traces_exporter", name=name)
         provider.add_span_processor(BatchSpanProcessor(found.load()()))
