@@ -4,7 +4,7 @@
 -- version and then the routines at the end of this file (jobstream/migrations.py,
 -- docs/architecture.md). Change a table in both: a test checks that the migrations lead to
 -- exactly this schema.
--- schema-version: 18
+-- schema-version: 19
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -122,7 +122,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     -- A worker claims only the names it runs (claim_jobs below).
     job_name            text NOT NULL DEFAULT 'llm',
     -- The bytes of payload and metadata as the create booked them on the tenant's ledger.
-    input_bytes         integer NOT NULL DEFAULT 0
+    input_bytes         integer NOT NULL DEFAULT 0,
+    -- The create's trace context as a W3C traceparent, when the server traced the create
+    -- (docs/deployment.md, "Traces"): the worker's attempts continue that trace. NULL with
+    -- traces off, which costs the row nothing (a bit of its null bitmap).
+    traceparent         text
 -- A fifth of each page left free: a running job's row is rewritten by every token write, and a
 -- rewrite that fits on its page is a HOT update (no index touched) when no indexed column
 -- changes. On full pages every token write moved its rows: for 1,000 streams, 6.8 WAL records
@@ -415,10 +419,11 @@ CREATE TYPE claimed_job AS (
     provider           text,
     payload            jsonb,
     last_seq           bigint,
-    job_name           text
+    job_name           text,
+    traceparent        text
 );
 
-INSERT INTO schema_version (version) VALUES (18) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (19) ON CONFLICT (version) DO NOTHING;
 
 -- routines: every function, aggregate and view. A fresh database runs this file whole; after
 -- migrations, jobstream/migrations.py runs again what follows this line (every statement is
@@ -838,7 +843,8 @@ BEGIN
               FROM chosen c
              WHERE j.id = c.id
             RETURNING j.id, j.tenant_id, j.attempts, j.uncounted_attempts, j.max_attempts, j.run_token,
-                      j.provider, j.payload, j.last_seq, j.job_name, j.worker_id, c.previous_error,
+                      j.provider, j.payload, j.last_seq, j.job_name, j.traceparent, j.worker_id,
+                      c.previous_error,
                       extract(epoch FROM j.started_at - j.created_at)::float8 AS waited_s,
                       c.fair_limit
         ), attempt AS (
@@ -888,7 +894,7 @@ BEGIN
                    queue_wait_s = m.queue_wait_s + EXCLUDED.queue_wait_s
         )
         SELECT array_agg((id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token,
-                          provider, payload, last_seq, job_name)::claimed_job),
+                          provider, payload, last_seq, job_name, traceparent)::claimed_job),
                max(fair_limit)
           INTO taken, fair_limit_used
           FROM claimed;
@@ -917,7 +923,8 @@ BEGIN
         -- Undone (local variables outlive it): a row with no id for each tenant over its
         -- limit tells the caller to try again.
         RETURN QUERY SELECT NULL::uuid, t, NULL::integer, NULL::integer, NULL::integer,
-                            NULL::uuid, NULL::text, NULL::jsonb, NULL::bigint, NULL::text
+                            NULL::uuid, NULL::text, NULL::jsonb, NULL::bigint, NULL::text,
+                            NULL::text
                        FROM unnest(over_limit) AS t;
         RETURN;
     END;

@@ -36,6 +36,9 @@ class Claimed:
     max_attempts: int
     counted_attempts: int  # attempts that count against max_attempts, this one included
     job_name: str = BUILT_IN_JOB
+    # The create's trace context (W3C traceparent), which the attempt's spans continue; None
+    # when the create was not traced (jobstream/tracing.py).
+    traceparent: str | None = None
 
     @property
     def exhausted(self) -> bool:
@@ -168,6 +171,7 @@ async def _claim_once(
             max_attempts=job["max_attempts"],
             counted_attempts=job["attempts"] - job["uncounted_attempts"],
             job_name=job["job_name"],
+            traceparent=job["traceparent"],
         )
         for job in jobs
     ]

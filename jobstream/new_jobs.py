@@ -54,6 +54,7 @@ class NewJob:
 
     __slots__ = (
         "idempotency_key", "input_bytes", "payload", "request_hash", "reserved_usd", "spec",
+        "traceparent",
     )  # fmt: skip
 
     def __init__(
@@ -63,8 +64,12 @@ class NewJob:
         reserved_usd: Decimal = _NOTHING,
         *,
         sent: Mapping[str, Any] | None = None,
+        traceparent: str | None = None,
     ) -> None:
         self.spec = spec
+        # The create's trace context (W3C traceparent), stored with the job so that the worker's
+        # spans continue the create's trace in another process; None when nothing traces it.
+        self.traceparent = traceparent
         self.idempotency_key = idempotency_key
         # As jobs.reserved_usd (numeric(18, 8), which rounds half away from zero) will hold it:
         # the budget check, the insert and the answer all use the stored amount.
@@ -121,13 +126,14 @@ def insert_args(
 def _insert_row(ordinal: int, job_id: str, item: NewJob) -> list[Any]:
     """One element of INSERT_JOBS' $1: the job's fields at the places the statement reads them
     from (`item`: ord, id, key, hash, provider, priority, payload, metadata, max_attempts,
-    webhook_url, estimate, run_at, delay_s, retain_s, job_name, input_bytes)."""
+    webhook_url, estimate, run_at, delay_s, retain_s, job_name, input_bytes, traceparent)."""
     spec = item.spec
     return [
         ordinal, job_id, item.idempotency_key, item.request_hash, spec.provider, spec.priority,
         item.payload, spec.metadata, spec.max_attempts, spec.webhook_url,
         str(item.reserved_usd),  # exact: a JSON number would pass through a float
         _utc(spec.run_at), spec.delay_s, spec.retain_s, spec.job_name, item.input_bytes,
+        item.traceparent,
     ]  # fmt: skip
 
 

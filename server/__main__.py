@@ -8,7 +8,7 @@ import sys
 import structlog
 import uvicorn
 
-from jobstream import heap, logs
+from jobstream import heap, logs, tracing
 from jobstream.loading import AppNotFound, load_app
 from jobstream.server import chat_request, connections, listeners
 from jobstream.server.app import create_app
@@ -21,6 +21,7 @@ def main() -> int:
     if settings is None:
         return 2
     logs.configure(settings.log_level, json=settings.log_json)
+    tracing.configure(settings)  # before create_app, which traces the creates only if on
     try:
         jobs = load_app(settings.app)
     except AppNotFound as exc:

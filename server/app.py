@@ -49,6 +49,7 @@ from jobstream.server.shutdown import Shutdown
 from jobstream.server.state import AppState
 from jobstream.server.stream_slots import StreamSlots
 from jobstream.server.stream_tokens import StreamTokens
+from jobstream.server.traced import traced
 from jobstream.server.v1 import api as v1_api
 from jobstream.server.v1 import errors as v1_errors
 from jobstream.settings import Settings
@@ -154,8 +155,15 @@ def create_app(
         Route("/readyz", health.readyz),
         Route("/metrics", metrics.metrics),
         Route("/openapi.json", openapi.document),
-        _resource("/api/jobs", {"POST": jobs_api.create_job, "GET": jobs_api.list_jobs}),
-        Route("/api/jobs/batch", batch_api.create_batch, methods=["POST"]),
+        _resource(
+            "/api/jobs",
+            {"POST": traced("POST /api/jobs", jobs_api.create_job), "GET": jobs_api.list_jobs},
+        ),
+        Route(
+            "/api/jobs/batch",
+            traced("POST /api/jobs/batch", batch_api.create_batch),
+            methods=["POST"],
+        ),
         Route("/api/job-types", job_types.list_job_types, methods=["GET"]),
         Route("/api/jobs/{job_id}", jobs_api.get_job, methods=["GET"]),
         Route("/api/jobs/{job_id}/cancel", jobs_api.cancel_job, methods=["POST"]),

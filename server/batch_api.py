@@ -18,7 +18,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jobstream import creates, new_jobs
+from jobstream import creates, new_jobs, tracing
 from jobstream.errors import RateLimited
 from jobstream.server import estimates, job_input, representation, validation
 from jobstream.server.auth import events_tokens, tenant_id
@@ -105,6 +105,8 @@ def _checked(
     item's answer is put in `answers`, each valid item's place in `places`. Lazy: create_batch
     takes a chunk while the database writes the one before."""
     rules = SimulatedRules.of(app.settings)  # once a batch, not once an item
+    # Every item's job continues the batch's span (None: not traced).
+    traceparent = tracing.traceparent()
     order = _order(app, items, answers)
     chunk: list[new_jobs.NewJob] = []
     size = HEAD
@@ -114,7 +116,7 @@ def _checked(
             yield chunk
             chunk = []
         try:
-            chunk.append(_new_job(app, rules, items[i], key))
+            chunk.append(_new_job(app, rules, items[i], key, traceparent))
         except Problem as problem:
             answers[i] = problem.body()
             continue
@@ -164,7 +166,11 @@ def _key(app: AppState, item: object) -> str | None:
 
 
 def _new_job(
-    app: AppState, rules: SimulatedRules, fields: dict[str, Any], key: str | None
+    app: AppState,
+    rules: SimulatedRules,
+    fields: dict[str, Any],
+    key: str | None,
+    traceparent: str | None,
 ) -> new_jobs.NewJob:
     settings = app.settings
     spec = job_input.any_job_spec(
@@ -176,4 +182,5 @@ def _new_job(
     )
     # The item as sent (its idempotency_key taken out): what a replay is compared by.
     sent = fields if key is not None else None
-    return new_jobs.NewJob(spec, key, reservation(app.providers, spec), sent=sent)
+    reserved = reservation(app.providers, spec)
+    return new_jobs.NewJob(spec, key, reserved, sent=sent, traceparent=traceparent)

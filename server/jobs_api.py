@@ -14,7 +14,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jobstream import job_reads, jobs, new_jobs
+from jobstream import job_reads, jobs, new_jobs, tracing
 from jobstream.errors import (
     BudgetExceeded,
     IdempotencyConflict,
@@ -134,9 +134,11 @@ async def create(
         app.create_rate.take(tenant)
     except RateLimited as exc:
         raise refusal_problem(exc) from exc
-    outcome = await app.creates.create(
-        tenant, new_jobs.NewJob(spec, key, reservation(app.providers, spec), sent=sent)
+    # The create's span, when one is current, goes with the job: the worker continues it.
+    new = new_jobs.NewJob(
+        spec, key, reservation(app.providers, spec), sent=sent, traceparent=tracing.traceparent()
     )
+    outcome = await app.creates.create(tenant, new)
     if isinstance(outcome, new_jobs.Created):
         return outcome
     raise refusal_problem(outcome) from outcome

@@ -7,7 +7,7 @@ import sys
 import structlog
 import uvloop
 
-from jobstream import heap, logs
+from jobstream import heap, logs, tracing
 from jobstream.errors import DatabaseUnavailable
 from jobstream.loading import AppNotFound, load_app
 from jobstream.settings import Settings
@@ -19,6 +19,7 @@ def main() -> int:
     if settings is None:
         return 2
     logs.configure(settings.log_level, json=settings.log_json)
+    tracing.configure(settings)
     try:
         app = load_app(settings.app)
     except AppNotFound as exc:

@@ -25,7 +25,7 @@ from concurrent.futures import Executor
 import asyncpg
 import structlog
 
-from jobstream import db
+from jobstream import db, tracing
 from jobstream.app import JobDefinition
 from jobstream.claims import Claimed
 from jobstream.clock import Clock
@@ -159,6 +159,18 @@ class AttemptRunner:
     async def run(self) -> AttemptResult:
         """Run the attempt to its one outcome. The caller binds the attempt's log context (job
         id, attempt, run token): the worker runs each attempt in a task of its own context."""
+        if not tracing.active():
+            return await self._run()
+        # Current for the whole attempt: the pump's task copies the context, so the provider
+        # calls and steps of the job's code are this span's children.
+        with tracing.attempt_span(self.held) as span:
+            result = await self._run()
+            span.set_attribute("jobstream.attempt.result", result)
+            if result not in ("succeeded", "interrupted"):
+                tracing.failed(span, result)
+            return result
+
+    async def _run(self) -> AttemptResult:
         held = self.held
         # One log line per change of the job's status: this one, and the settling one.
         log.info(

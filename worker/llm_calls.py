@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
+from jobstream import tracing
 from jobstream.context import LLM, M
 from jobstream.errors import (
     BudgetRefused,
@@ -170,6 +171,30 @@ class LLMCalls(LLM):
 
     async def run(self, name: str, provider: Provider, request: ProviderRequest) -> str:
         """Stream `request` into the attempt's text; its whole answer."""
+        if not tracing.active():
+            return (await self._run(name, provider, request))[0]
+        attributes: dict[str, str | int | bool] = {
+            "gen_ai.provider.name": name,
+            "gen_ai.request.model": request.model or "",
+            "gen_ai.request.max_tokens": request.max_tokens,
+        }
+        with tracing.child_span("llm.call", attributes) as span:
+            try:
+                answer, usage = await self._run(name, provider, request)
+            except ProviderError as exc:
+                # The kind decides the job's fate (retry, fail, unknown): what a reader of the
+                # trace asks first.
+                span.set_attribute("jobstream.error.kind", str(exc.kind))
+                raise
+            span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+            span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+            span.set_attribute("jobstream.cost_usd", str(usage.cost_usd))
+            return answer
+
+    async def _run(
+        self, name: str, provider: Provider, request: ProviderRequest
+    ) -> tuple[str, Usage]:
+        """The call's whole answer and what it used."""
         call = self._spend.begin(provider, request)
         parts: list[str] = []
         stream = provider.stream(request)
@@ -196,7 +221,7 @@ class LLMCalls(LLM):
         step = CURRENT.get()
         if step is not None:
             step.usages.append(usage)  # journaled with the step
-        return "".join(parts)
+        return "".join(parts), usage
 
     async def _check_budget(self, provider: Provider, request: ProviderRequest) -> None:
         if self._cap is None:

@@ -30,6 +30,7 @@ import asyncpg
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
+from jobstream import tracing
 from jobstream.claims import Claimed
 from jobstream.prices import least_certain
 from jobstream.sql import queries
@@ -82,10 +83,22 @@ class Steps:
             # A step inside a step is part of the outer one, whose journal holds it all.
             return await self._call(fn, args, kwargs)
         key = self._key(name)  # before any await: the order of calls names them
+        if not tracing.active():
+            return (await self._run(key, fn, args, kwargs))[0]
+        attributes = {"jobstream.step.name": name, "jobstream.step.key": key}
+        with tracing.child_span("job.step", attributes) as span:
+            result, replayed = await self._run(key, fn, args, kwargs)
+            span.set_attribute("jobstream.step.replayed", replayed)
+            return result
+
+    async def _run(
+        self, key: str, fn: Callable[..., Any], args: Any, kwargs: Any
+    ) -> tuple[Any, bool]:
+        """The step's result, and whether it was replayed from the journal."""
         self._landed_now()  # a zombie learns from its last journal, at its next step
         journaled = (await self._load()).get(key)
         if journaled is not None:
-            return await self._replay(journaled, fn, args, kwargs)
+            return await self._replay(journaled, fn, args, kwargs), True
         run = StepRun(key)
         self._running.runs.append(run)
         token = CURRENT.set(run)
@@ -96,7 +109,7 @@ class Steps:
             for text in self._running.end(run):
                 self._writes.produce(text)
         self._journal_later(run, to_jsonable_python(result))
-        return result
+        return result, False
 
     def _key(self, name: str) -> str:
         n = self._seen.get(name, 0)

@@ -13,6 +13,7 @@ import asyncio
 import os
 import random
 import socket
+import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping
@@ -21,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import asyncpg
 import structlog
 
-from jobstream import attempts, channels, claims, db, logs, workers
+from jobstream import attempts, channels, claims, db, logs, tracing, workers
 from jobstream.app import App
 from jobstream.claims import Claimed
 from jobstream.clock import Clock, DatabaseClock
@@ -322,6 +323,7 @@ class Worker:
         wakes = self._wakes
         try:
             claimed_at = asyncio.get_running_loop().time()
+            traced_from = time.time_ns() if tracing.active() else 0
             batch = await claims.claim_batch(
                 pool,
                 providers=list(self._providers),
@@ -333,6 +335,10 @@ class Worker:
                 names=self.job_names,
                 max_share=self._settings.tenant_max_share,
             )
+            if traced_from:
+                traced_to = time.time_ns()
+                for held in batch:
+                    tracing.claim_span(held, traced_from, traced_to, len(batch))
             for held in batch:
                 self._start(pool, held, claimed_at)
         except db.DISCONNECTS as exc:

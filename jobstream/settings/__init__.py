@@ -14,22 +14,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jobstream.settings import environment, process, providers, worker
+from jobstream.settings import environment, process, providers, traces, worker
 from jobstream.settings.fields import SettingsError
 from jobstream.settings.process import LOG_LEVELS, ProcessSettings
 from jobstream.settings.providers import PROVIDER_NAMES, ProviderSettings, parse_provider_limits
 from jobstream.settings.server import ServerSettings
+from jobstream.settings.traces import TraceSettings
 from jobstream.settings.worker import WorkerSettings
 
 __all__ = ["LOG_LEVELS", "PROVIDER_NAMES", "Settings", "SettingsError", "parse_provider_limits"]
 
 
 # A dataclass takes its bases' fields last base first: the fields, and describe(), read process,
-# server, worker, providers.
+# server, worker, providers, traces.
 @dataclass(frozen=True)
-class Settings(ProviderSettings, WorkerSettings, ServerSettings, ProcessSettings):
+class Settings(TraceSettings, ProviderSettings, WorkerSettings, ServerSettings, ProcessSettings):
     def __post_init__(self) -> None:
-        problems = [*process.problems(self), *worker.problems(self), *providers.problems(self)]
+        problems = [
+            *process.problems(self), *worker.problems(self), *providers.problems(self),
+            *traces.problems(self),
+        ]  # fmt: skip
         if problems:
             raise SettingsError("; ".join(problems))
 

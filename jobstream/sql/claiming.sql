@@ -13,7 +13,7 @@
 -- Rows with no id: the tenants they name went over their running limit, and the claim undid
 -- itself.
 SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,
-       last_seq, job_name
+       last_seq, job_name, traceparent
   FROM claim_jobs($1::text[], $2, $3, $4::timestamptz, $5::text[], $6::int[], $7::text[], $8,
                   $9::text[], $10::float8)
 

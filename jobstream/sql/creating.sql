@@ -32,6 +32,8 @@
 --   writer that holds that key and books next on the same shard.
 -- - run_after is when the job may start: `run_at`, else now plus `delay_s` (0 by default).
 -- - `retain_s` NULL: the deployment's JOBSTREAM_RETENTION_S.
+-- - `traceparent`: the create's trace context (W3C), which the worker's spans continue; NULL
+--   when the server does not trace (jobstream/tracing.py).
 -- - $6 is the tenant's storage bound, bytes (NULL: none), $7 the bytes of this statement's
 --   items: a statement that would pass the bound makes nothing (`fits` false) and the caller
 --   refuses its items that are not replays. The stored bytes are the sum of the tenant's 16
@@ -50,7 +52,7 @@ WITH tenant AS (
            e->>4 AS provider, (e->>5)::smallint AS priority, e->6 AS payload, e->7 AS metadata,
            (e->>8)::int AS max_attempts, e->>9 AS webhook_url, (e->>10)::numeric AS estimate,
            (e->>11)::timestamptz AS run_at, (e->>12)::float8 AS delay_s, (e->>13)::int AS retain_s,
-           e->>14 AS job_name, (e->>15)::int AS input_bytes
+           e->>14 AS job_name, (e->>15)::int AS input_bytes, e->>16 AS traceparent
       FROM jsonb_array_elements($1::jsonb) AS e,
            tenant
      WHERE tenant.go AND tenant.fits
@@ -67,14 +69,15 @@ WITH tenant AS (
 ), inserted AS (
     INSERT INTO jobs (id, tenant_id, idempotency_key, request_hash, provider, priority, payload,
                       metadata, max_attempts, webhook_url, estimate_usd, reserved_usd, run_after,
-                      last_seq, created_at, updated_at, retain_s, job_name, input_bytes)
+                      last_seq, created_at, updated_at, retain_s, job_name, input_bytes,
+                      traceparent)
     SELECT n.id, $2, n.key, n.hash, n.provider, n.priority, n.payload, n.metadata,
            n.max_attempts, n.webhook_url, n.estimate, n.estimate,
            coalesce(n.run_at, coalesce($3::timestamptz, statement_timestamp())
                               + make_interval(secs => coalesce(n.delay_s, 0))),
            1, coalesce($3::timestamptz, statement_timestamp()),
            coalesce($3::timestamptz, statement_timestamp()), n.retain_s, n.job_name,
-           n.input_bytes
+           n.input_bytes, n.traceparent
       FROM item n
      WHERE n.id IN (SELECT job_id FROM listed)
      ORDER BY n.ord
