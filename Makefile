@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-admin bench-providers browser chat admin-assets fuzz chaos postgresql-15 pgbouncer test-pg15
+.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-admin bench-providers browser chat admin-assets fuzz chaos postgresql-15 pgbouncer nginx test-pg15
 
 ## Installs with uv, itself installed by pip into the venv: from a fresh clone, 22 s against
 ## pip's 63 s here, a fifth of make test's five minutes. pip does it if uv cannot be had.
@@ -55,6 +55,14 @@ PGBOUNCER := /usr/sbin/pgbouncer
 pgbouncer:
 	@test -x $(PGBOUNCER) || ((apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends pgbouncer) && \
 	  (invoke-rc.d pgbouncer stop >/dev/null 2>&1 || true))
+
+## Debian's nginx (1.22), for the fleet test: it runs its own nginx on a copy of
+## deploy/nginx/jobstream.conf (`daemon off;`, a prefix of its own, a free port), never the
+## package's service, which is stopped if the package's set-up started it.
+NGINX := /usr/sbin/nginx
+nginx:
+	@test -x $(NGINX) || ((apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx) && \
+	  (invoke-rc.d nginx stop >/dev/null 2>&1 || true))
 
 ## The suite's database tests (tests/integration, and tests/unit's few) on Debian's PostgreSQL 15
 ## instead of the embedded 18 (tests/support/database.py). PYTEST_ARGS: e.g. "-k claims".
