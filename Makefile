@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-admin bench-providers browser chat admin-assets fuzz chaos postgresql-15 pgbouncer nginx test-pg15
+.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-admin bench-providers browser chat admin-assets fuzz chaos postgresql-15 pgbouncer nginx fleet test-pg15
 
 ## Installs with uv, itself installed by pip into the venv: from a fresh clone, 22 s against
 ## pip's 63 s here, a fifth of make test's five minutes. pip does it if uv cannot be had.
@@ -162,6 +162,13 @@ fuzz: $(STAMP)
 ## logs while others run and are followed), e.g. "--seconds 90 --jobs 180 --compact-after 20".
 chaos: $(STAMP)
 	$(BIN)/python -m tests.e2e.chaos $(CHAOS_ARGS)
+
+## The deployment's topology on real parts (tests/e2e/fleet.py): PostgreSQL, PgBouncer, nginx,
+## two servers and three workers; 1,000 jobs and 100 followers through a rolling restart of every
+## server and worker and a PostgreSQL restart, then every job and follower checked (about two
+## minutes). FLEET_ARGS: --jobs, --followers, --seconds, --seed.
+fleet: $(STAMP) pgbouncer nginx
+	$(BIN)/python -m tests.e2e.fleet $(FLEET_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
