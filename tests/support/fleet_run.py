@@ -91,7 +91,8 @@ class Figures:
                 f"time:               {self.elapsed_s:.0f} s",
                 f"problems:           {len(self.problems)}",
                 *(f"  - {p}" for p in self.problems[:40]),
-                *(f"  error: {e}" for e in self.error_samples[:20]),
+                # What the clients saw: only worth reading when something failed.
+                *(f"  error: {e[:160]}" for e in self.error_samples[:20] if self.problems),
             ]
         )
 
@@ -142,6 +143,8 @@ class FleetRun:
             "JOBSTREAM_DIRECT_DATABASE_URL": direct_url,
             # One key for every server: any of them accepts any events_url token.
             "JOBSTREAM_SECRET_KEY": "fleet",
+            # The test app's jobs beside the built-in one.
+            "JOBSTREAM_APP": "tests.support.user_jobs:app",
             "FORWARDED_ALLOW_IPS": "127.0.0.1",
         }
         self.nginx_prefix = nginx_prefix

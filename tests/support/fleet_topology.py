@@ -13,13 +13,22 @@ WORKERS = 3
 SERVER_COMMAND = ("jobstream", "server")
 WORKER_COMMAND = ("jobstream", "worker")
 MIGRATE_COMMAND = ("jobstream", "migrate")
-# nginx in the foreground (the config says `daemon off;`), on deploy/nginx/jobstream.conf.
+# nginx in the foreground (the config says `daemon off;`), on deploy/nginx/jobstream.conf, its
+# logs and temp files under a prefix of its own; PgBouncer on deploy/pgbouncer/pgbouncer.ini.
 NGINX_CONFIG = "deploy/nginx/jobstream.conf"
+PGBOUNCER_CONFIG = "deploy/pgbouncer/pgbouncer.ini"
+
+
+def nginx_command(config: str, prefix: str) -> list[str]:
+    return ["nginx", "-c", config, "-p", prefix]
+
+
+def pgbouncer_command(config: str) -> list[str]:
+    return ["pgbouncer", config]
+
 
 # Every server and worker gets these (docs/deployment.md, "The fleet").
 SHARED_ENV = {
-    # The test app's jobs beside the built-in one (tests/support/user_jobs.py).
-    "JOBSTREAM_APP": "tests.support.user_jobs:app",
     "JOBSTREAM_LOG_JSON": "true",
     # A process started while PostgreSQL is down waits for it instead of exiting.
     "JOBSTREAM_DB_CONNECT_TIMEOUT_S": "120",
@@ -30,6 +39,8 @@ SERVER_ENV: dict[str, str] = {}
 WORKER_ENV = {"JOBSTREAM_SHUTDOWN_GRACE_S": "10"}
 # Names whose values differ by place (secrets, URLs, ports): present in both, values free.
 PER_PLACE = (
+    # Your jobs; the fleet test's are tests/support/user_jobs.py's.
+    "JOBSTREAM_APP",
     "DATABASE_URL",
     "JOBSTREAM_DIRECT_DATABASE_URL",
     "JOBSTREAM_SECRET_KEY",

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.fleet_topology import NGINX_CONFIG
+from tests.support.fleet_topology import NGINX_CONFIG, nginx_command
 from tests.support.processes import REPO_ROOT
 
 BINARY = Path("/usr/sbin/nginx")
 CONFIG = REPO_ROOT / NGINX_CONFIG
 START_TIMEOUT_S = 10.0
-_UPSTREAM_SERVER = re.compile(r"^(\s*)server 127\.0\.0\.1:\d+( [^;]*)?;.*\n", re.MULTILINE)
-_LISTEN = re.compile(r"listen 127\.0\.0\.1:\d+;")
+_UPSTREAM_SERVER = re.compile(r"^(\s*)server [\w.-]+:(\d+)( [^;]*)?;.*\n", re.MULTILINE)
+_LISTEN = re.compile(r"^(\s*)listen [^;\n]+;", re.MULTILINE)
 
 
 def missing() -> str | None:
@@ -35,12 +35,18 @@ def missing() -> str | None:
     return None
 
 
+def upstream_ports(config: str) -> list[int]:
+    """The ports of the upstream servers a configuration names."""
+    return [int(port) for _, port, _ in _UPSTREAM_SERVER.findall(config)]
+
+
 def rendered(config: str, port: int, upstreams: list[int]) -> str:
-    """The committed configuration listening on `port`, in front of servers on `upstreams`."""
+    """The committed configuration listening on 127.0.0.1:`port`, in front of servers on
+    127.0.0.1's `upstreams`."""
     servers = _UPSTREAM_SERVER.findall(config)
     if len(servers) < 1 or len(_LISTEN.findall(config)) != 1:
         raise ValueError(f"{CONFIG} has no upstream servers or not one listen line")
-    indent, parameters = servers[0]  # the first server's, kept for each: max_fails and such
+    indent, _, parameters = servers[0]  # the first server's, kept for each: max_fails and such
     lines = "".join(f"{indent}server 127.0.0.1:{p}{parameters};\n" for p in upstreams)
     first = True
 
@@ -51,7 +57,8 @@ def rendered(config: str, port: int, upstreams: list[int]) -> str:
             return lines
         return ""
 
-    return _LISTEN.sub(f"listen 127.0.0.1:{port};", _UPSTREAM_SERVER.sub(replace, config))
+    listen = rf"\g<1>listen 127.0.0.1:{port};"
+    return _LISTEN.sub(listen, _UPSTREAM_SERVER.sub(replace, config))
 
 
 class Nginx:
@@ -64,7 +71,8 @@ class Nginx:
             (prefix / sub).mkdir(parents=True, exist_ok=True)
         self.config = prefix / "jobstream.conf"
         self.config.write_text(rendered(CONFIG.read_text(), port, upstreams))
-        argv = [str(BINARY), "-c", str(self.config), "-p", f"{prefix}/"]
+        argv = nginx_command(str(self.config), f"{prefix}/")
+        argv[0] = str(BINARY)
         if os.geteuid() == 0:
             argv += ["-g", "user root;"]
         self._out = (prefix / "logs" / "stderr.log").open("wb")
