@@ -78,7 +78,7 @@ test-pg15: $(STAMP) postgresql-15
 ##   run one after another (a minute's tail).
 ## - The type check runs beside the suite: the suite waits on processes and keeps about one of
 ##   two cores busy, and mypy's 30 s fit in the other.
-test: $(STAMP) browser pgbouncer chat admin-assets lint
+test: $(STAMP) browser pgbouncer nginx chat admin-assets lint
 	$(BIN)/python -m compileall -q -j 0 jobstream bench tests/support
 	@$(BIN)/mypy > .mypy.out 2>&1 & types=$$!; \
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder; suite=$$?; \
@@ -147,7 +147,7 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration
 
-e2e: $(STAMP) browser pgbouncer chat admin-assets
+e2e: $(STAMP) browser pgbouncer nginx chat admin-assets
 	$(BIN)/python -m pytest tests/e2e
 
 ## Schemathesis at length against a live server and worker: 12,000+ cases, 6 to 14 minutes

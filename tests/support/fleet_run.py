@@ -123,7 +123,7 @@ class FleetRun:
         self,
         plan: Plan,
         group: Processes,
-        postgres: EmbeddedPostgres,
+        postgres: EmbeddedPostgres | None,  # None: a plan that does not restart it
         direct_url: str,
         pooled_url: str,
         nginx_prefix: Any,
@@ -226,10 +226,13 @@ class FleetRun:
 
     async def _restart_postgres(self) -> None:
         started = time.monotonic()
+        postgres = self.postgres
+        assert postgres is not None
         try:
-            await asyncio.to_thread(self.postgres.stop, "fast")
+            await asyncio.to_thread(postgres.stop, "fast")
         finally:
-            await asyncio.to_thread(self.postgres.start)
+            # Even when cancelled: nothing else can run on a stopped cluster.
+            await asyncio.to_thread(postgres.start)
         down = time.monotonic() - started
         # The window ends once both servers find the database again.
         await asyncio.gather(*(self._ready(slot) for slot in range(len(self.servers))))
@@ -258,7 +261,7 @@ class FleetRun:
             await self._roll_servers()
             self.phase.now = "workers-rolling"
             await self._roll_workers()
-            if self.plan.restart_postgres:
+            if self.plan.restart_postgres and self.postgres is not None:
                 self.phase.now = "postgres-restart"
                 await self._restart_postgres()
             self.phase.now = "after"
