@@ -33,7 +33,8 @@ COMPOSE = REPO_ROOT / "deploy" / "compose.yaml"
 @pytest.fixture(scope="module")
 def services() -> dict[str, dict[str, Any]]:
     parsed: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
-    return parsed["services"]
+    found: dict[str, dict[str, Any]] = parsed["services"]
+    return found
 
 
 def mounted(service: dict[str, Any], committed: str) -> str:
