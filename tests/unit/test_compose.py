@@ -11,6 +11,7 @@ import pytest
 
 from tests.support import nginx
 from tests.support.fleet_topology import (
+    MIGRATE_COMMAND,
     NGINX_CONFIG,
     PER_PLACE,
     PGBOUNCER_CONFIG,
@@ -92,6 +93,14 @@ def test_nginx_runs_the_tested_config_in_front_of_the_servers(
         if n.startswith("server-")
     )
     assert nginx.upstream_ports((REPO_ROOT / NGINX_CONFIG).read_text()) == ports
+
+
+def test_the_schema_is_migrated_first(services: dict[str, dict[str, Any]]) -> None:
+    assert services["migrate"]["command"] == list(MIGRATE_COMMAND)
+    for name in services:
+        if name.startswith(("server-", "worker-")):
+            condition = services[name]["depends_on"]["migrate"]["condition"]
+            assert condition == "service_completed_successfully", name
 
 
 def test_pgbouncer_runs_the_tested_ini(services: dict[str, dict[str, Any]]) -> None:
