@@ -165,8 +165,8 @@ chaos: $(STAMP)
 
 ## The deployment's topology on real parts (tests/e2e/fleet.py): PostgreSQL, PgBouncer, nginx,
 ## two servers and three workers; 1,000 jobs and 100 followers through a rolling restart of every
-## server and worker and a PostgreSQL restart, then every job and follower checked (about two
-## minutes). FLEET_ARGS: --jobs, --followers, --seconds, --seed.
+## server and worker and a PostgreSQL restart, then every job and follower checked (about
+## 70 s; `make test` runs a short one). FLEET_ARGS: --jobs, --followers, --seconds, --seed.
 fleet: $(STAMP) pgbouncer nginx
 	$(BIN)/python -m tests.e2e.fleet $(FLEET_ARGS)
 
