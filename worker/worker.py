@@ -169,7 +169,7 @@ class Worker:
                 # Through PgBouncer the pool opens while PostgreSQL is down (the pooler answers),
                 # and this first statement is the one that meets the restart: wait it out too.
                 await db.start_with_database(
-                    self._url,
+                    None,
                     self._settings.db_connect_timeout_s,
                     lambda: workers.register(pool, self.process, self._clock),
                 )
