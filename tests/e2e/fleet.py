@@ -18,7 +18,8 @@ import shutil
 import sys
 
 from tests.support import database, nginx, pgbouncer
-from tests.support.fleet_run import Figures, FleetRun, Plan
+from tests.support.fleet_plan import Figures, Plan
+from tests.support.fleet_run import FleetRun
 from tests.support.processes import REPO_ROOT, processes
 
 OUTPUT = REPO_ROOT / "test-output" / "fleet"

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import nginx, pgbouncer
-from tests.support.fleet_run import FleetRun, Plan
+from tests.support.fleet_plan import Plan
+from tests.support.fleet_run import FleetRun
 from tests.support.processes import Processes
 
 SHORT = Plan(
