@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-admin bench-providers browser chat admin-assets fuzz chaos postgresql-15 pgbouncer test-pg15
+.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-admin bench-providers browser chat admin-assets fuzz chaos postgresql-15 pgbouncer nginx fleet test-pg15
 
 ## Installs with uv, itself installed by pip into the venv: from a fresh clone, 22 s against
 ## pip's 63 s here, a fifth of make test's five minutes. pip does it if uv cannot be had.
@@ -56,6 +56,14 @@ pgbouncer:
 	@test -x $(PGBOUNCER) || ((apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends pgbouncer) && \
 	  (invoke-rc.d pgbouncer stop >/dev/null 2>&1 || true))
 
+## Debian's nginx (1.22), for the fleet test: it runs its own nginx on a copy of
+## deploy/nginx/jobstream.conf (`daemon off;`, a prefix of its own, a free port), never the
+## package's service, which is stopped if the package's set-up started it.
+NGINX := /usr/sbin/nginx
+nginx:
+	@test -x $(NGINX) || ((apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx) && \
+	  (invoke-rc.d nginx stop >/dev/null 2>&1 || true))
+
 ## The suite's database tests (tests/integration, and tests/unit's few) on Debian's PostgreSQL 15
 ## instead of the embedded 18 (tests/support/database.py). PYTEST_ARGS: e.g. "-k claims".
 test-pg15: $(STAMP) postgresql-15
@@ -70,7 +78,7 @@ test-pg15: $(STAMP) postgresql-15
 ##   run one after another (a minute's tail).
 ## - The type check runs beside the suite: the suite waits on processes and keeps about one of
 ##   two cores busy, and mypy's 30 s fit in the other.
-test: $(STAMP) browser pgbouncer chat admin-assets lint
+test: $(STAMP) browser pgbouncer nginx chat admin-assets lint
 	$(BIN)/python -m compileall -q -j 0 jobstream bench tests/support
 	@$(BIN)/mypy > .mypy.out 2>&1 & types=$$!; \
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder; suite=$$?; \
@@ -139,7 +147,7 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration
 
-e2e: $(STAMP) browser pgbouncer chat admin-assets
+e2e: $(STAMP) browser pgbouncer nginx chat admin-assets
 	$(BIN)/python -m pytest tests/e2e
 
 ## Schemathesis at length against a live server and worker: 12,000+ cases, 6 to 14 minutes
@@ -154,6 +162,13 @@ fuzz: $(STAMP)
 ## logs while others run and are followed), e.g. "--seconds 90 --jobs 180 --compact-after 20".
 chaos: $(STAMP)
 	$(BIN)/python -m tests.e2e.chaos $(CHAOS_ARGS)
+
+## The deployment's topology on real parts (tests/e2e/fleet.py): PostgreSQL, PgBouncer, nginx,
+## two servers and three workers; 1,000 jobs and 100 followers through a rolling restart of every
+## server and worker and a PostgreSQL restart, then every job and follower checked (about
+## 70 s; `make test` runs a short one). FLEET_ARGS: --jobs, --followers, --seconds, --seed.
+fleet: $(STAMP) pgbouncer nginx
+	$(BIN)/python -m tests.e2e.fleet $(FLEET_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

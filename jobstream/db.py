@@ -103,17 +103,22 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     `RESET ALL` and `pg_advisory_unlock_all()` on every release: a round trip per statement."""
 
 
-async def start_with_database(url: str, timeout_s: float, step: Callable[[], Awaitable[T]]) -> T:
+async def start_with_database(
+    url: str | None, timeout_s: float, step: Callable[[], Awaitable[T]]
+) -> T:
     """Wait for PostgreSQL, then run a start-up `step` (a pool, the schema); if the database goes
     away again before the step is done (a restart just after it first answered), wait and run the
     step again, until `timeout_s` is spent. Then DatabaseUnavailable.
 
-    The step must leave nothing open when it fails: it runs again from the start.
+    The step must leave nothing open when it fails: it runs again from the start. `url` None: a
+    step on a pool that is already open, tried again without a connection of our own to wait
+    with (the pool makes its own).
     """
     deadline = time.monotonic() + timeout_s
     delay = 0.1
     while True:
-        await wait_for_database(url, max(deadline - time.monotonic(), 0.0))
+        if url is not None:
+            await wait_for_database(url, max(deadline - time.monotonic(), 0.0))
         try:
             return await step()
         except DISCONNECTS as exc:

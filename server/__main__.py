@@ -63,7 +63,9 @@ def main() -> int:
     heap.freeze_startup_objects()
     heap.defer_young_collections(heap.YOUNG_THRESHOLD)
     # With JOBSTREAM_METRICS_PORT, its listener too: one server, one lifespan, both sockets.
-    server = DrainingServer(config)
+    # Idle keep-alive connections left to close from the proxy's side (its keep-alive is
+    # shorter than ours), so that it never sends a request on one we are closing.
+    server = DrainingServer(config, idle_drain_s=settings.keep_alive_s)
     server.run(sockets=listeners.sockets(config, settings))
     # A start-up that failed (the database never answered) is an exit a supervisor sees.
     return 0 if server.started else 1

@@ -5,6 +5,13 @@ uvicorn waits for open responses to finish before it runs the lifespan shutdown,
 response never finishes on its own: without a signal at the *start* of shutdown, every open stream
 would hold the process until uvicorn's graceful timeout and then be cut mid-frame. The signal is
 per app (several apps may share a process in the tests), unlike sse-starlette's process-global flag.
+
+Idle keep-alive connections: uvicorn closes them the moment it stops. A proxy (nginx) that picks
+one of them from its cache at that moment writes a request into a closing socket and gets a
+reset; it cannot resend a POST it has sent, so its client sees a 502 (the fleet test saw one in a
+rolling deploy). A drain with `idle_drain_s` stops accepting, then leaves idle connections for
+their peer to close: a proxy's upstream keep-alive is shorter than ours (docs/deployment.md), so
+it closes them first, and a request that does arrive on one is served, its connection's last.
 """
 
 from __future__ import annotations
@@ -49,8 +56,10 @@ class DrainingServer(uvicorn.Server):
     """A uvicorn server that says when it listens, and tells the app it is stopping before it
     waits for open responses."""
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, *, idle_drain_s: float = 0.0) -> None:
         super().__init__(config)
+        # 0: idle connections closed at once, as uvicorn does (the tests' in-process servers).
+        self.idle_drain_s = idle_drain_s
         # Set once the sockets listen: what an in-process caller (the tests' serve) waits on.
         self.listening = asyncio.Event()
 
@@ -69,4 +78,22 @@ class DrainingServer(uvicorn.Server):
         shutdown = of(self.config.app)
         if shutdown is not None:
             shutdown.begin()
-        await super().shutdown(sockets)
+        if self.idle_drain_s > 0:
+            await self._drain(sockets)
+        await super().shutdown(sockets)  # closes what is left; closing twice is harmless
+
+    async def _drain(self, sockets: list[socket.socket] | None) -> None:
+        """Stop accepting; until every connection is gone (or idle_drain_s has passed), make
+        each request in progress its connection's last, and close no idle one ourselves."""
+        for server in self.servers:
+            server.close()
+        for sock in sockets or ():
+            sock.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.idle_drain_s
+        while self.server_state.connections and loop.time() < deadline and not self.force_exit:
+            for connection in list(self.server_state.connections):
+                cycle = getattr(connection, "cycle", None)
+                if cycle is not None and not cycle.response_complete:
+                    cycle.keep_alive = False  # answered with Connection: close, then closed
+            await asyncio.sleep(0.02)

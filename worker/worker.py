@@ -164,8 +164,15 @@ class Worker:
                         pooler=s.pooled,
                     ),
                 )
+            pool = self._pool
             try:
-                await workers.register(self._pool, self.process, self._clock)
+                # Through PgBouncer the pool opens while PostgreSQL is down (the pooler answers),
+                # and this first statement is the one that meets the restart: wait it out too.
+                await db.start_with_database(
+                    None,
+                    self._settings.db_connect_timeout_s,
+                    lambda: workers.register(pool, self.process, self._clock),
+                )
             except BaseException:
                 if self._owns_pool:
                     await self._pool.close()

@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -29,7 +29,14 @@ _INHERITED_NAMES = ("DATABASE_URL",)
 
 
 class ManagedProcess:
-    def __init__(self, name: str, module: str, env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        module: str,
+        env: Mapping[str, str],
+        log_path: Path,
+        command: Sequence[str] | None = None,
+    ) -> None:
         self.name = name
         self.module = module
         self.log_path = log_path
@@ -41,8 +48,13 @@ class ManagedProcess:
         child_env.update(env)
         child_env["PYTHONUNBUFFERED"] = "1"  # log lines reach the file as they are written
         self._log: IO[bytes] = log_path.open("wb")
+        # `command`: a console script as a deployment runs it (`jobstream server`), found in
+        # this interpreter's bin directory; else the module by -m.
+        argv = [sys.executable, "-m", MODULES.get(module, module)]
+        if command is not None:
+            argv = [str(Path(sys.executable).parent / command[0]), *command[1:]]
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", MODULES.get(module, module)],
+            argv,
             cwd=REPO_ROOT,
             env=child_env,
             stdin=subprocess.DEVNULL,
@@ -145,10 +157,15 @@ class Processes:
         self._spawned: list[ManagedProcess] = []
 
     def spawn(
-        self, module: str, env: Mapping[str, str], *, name: str | None = None
+        self,
+        module: str,
+        env: Mapping[str, str],
+        *,
+        name: str | None = None,
+        command: Sequence[str] | None = None,
     ) -> ManagedProcess:
         name = name or f"{module}-{len(self._spawned) + 1}"
-        process = ManagedProcess(name, module, env, self._log_dir / f"{name}.log")
+        process = ManagedProcess(name, module, env, self._log_dir / f"{name}.log", command)
         self._spawned.append(process)
         return process
 
