@@ -21,10 +21,11 @@ from pathlib import Path
 
 import httpx
 
-from bench.bench_stream import _database, _free_port, _spawn, _stop, _until_up
+from bench.bench_stream import _database, _spawn, _stop, _until_up
 from bench.postgres import durable_postgres
 from jobstream import creates, db, logs
 from jobstream.jobspec import JobSpec
+from jobstream.ports import free_port
 
 STREAMS = int(os.environ.get("BENCH_SSE_STREAMS", "10000"))
 JOBS = 100
@@ -52,7 +53,7 @@ async def open_streams(url: str, count: int) -> None:
         job_ids = [(await creates.create(pool, "default", spec, None)).job.id for _ in range(JOBS)]
     finally:
         await pool.close()
-    port = _free_port()
+    port = free_port()
     server = _spawn(
         os.environ.get("BENCH_SERVER_MODULE", "server"),
         url,

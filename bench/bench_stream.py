@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from bench.server_process import wait_healthy
 from jobstream import creates, db, logs, migrations
 from jobstream.follower import Follower
 from jobstream.jobspec import JobSpec
+from jobstream.ports import free_port
 from jobstream.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,7 +98,7 @@ async def throughput(url: str, *, jobs: int, tokens: int, rate: float, what: str
 async def latency(url: str) -> None:
     """Worker, server and this client each in a process of their own, as deployed."""
     arrived: list[tuple[str, str, float]] = []
-    port = _free_port()
+    port = free_port()
     server = _spawn("server", url, JOBSTREAM_PORT=str(port))
     with tempfile.NamedTemporaryFile("r", suffix=".tsv") as sent_file:
         worker = _spawn("bench.timed_worker", url, BENCH_SENT_PATH=sent_file.name)
@@ -185,13 +185,6 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @asynccontextmanager

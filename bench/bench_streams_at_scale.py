@@ -37,12 +37,13 @@ import httpx
 import uvloop
 
 from bench.bench_sse_streams import _loadavg, _raise_open_files
-from bench.bench_stream import _database, _free_port, _spawn, _stop, _until_up, throughput
+from bench.bench_stream import _database, _spawn, _stop, _until_up, throughput
 from bench.create_cost import cpu_total
 from bench.postgres import durable_postgres
 from bench.sse_follower import SseFollower
 from jobstream import creates, db, heap, logs
 from jobstream.jobspec import JobSpec
+from jobstream.ports import free_port
 
 RATE = 50.0  # tokens/s of each stream in (2)
 TOKENS = 300  # of each stream in (2): six seconds
@@ -150,7 +151,7 @@ async def many_streams(
     run by `workers` worker processes (each takes at most its share). Prints its figures and
     returns the main ones."""
     pool = await db.create_pool(url, min_size=1, max_size=4)
-    port = _free_port()
+    port = free_port()
     # Every follower is the `default` tenant's, whose cap is a quarter of the connections.
     server = _spawn(
         "server", url, JOBSTREAM_PORT=str(port), JOBSTREAM_TENANT_MAX_STREAMS=str(count)

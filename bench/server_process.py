@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 import httpx
 
 from bench import queue_common as common
-from jobstream.embedded_pg import free_port
+from jobstream.ports import free_port
 
 
 async def wait_healthy(

@@ -12,12 +12,13 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import stat
 import subprocess
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from jobstream.ports import free_port
 
 with warnings.catch_warnings():
     # The package resolves a runtime dir at import and warns when XDG_RUNTIME_DIR is unset;
@@ -49,13 +50,6 @@ def unprivileged_user() -> str | None:
         return None
     pg_utils.ensure_user_exists(SYSTEM_USER)
     return SYSTEM_USER
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

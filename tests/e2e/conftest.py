@@ -20,7 +20,8 @@ from playwright.async_api import Browser, Page, async_playwright
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobstream import db
-from jobstream.embedded_pg import EmbeddedPostgres, free_port
+from jobstream.embedded_pg import EmbeddedPostgres
+from jobstream.ports import free_port
 from jobstream.sql import queries
 from tests.support.http_server import http_client
 from tests.support.polling import eventually

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from jobstream.embedded_pg import EmbeddedPostgres, free_port
+from jobstream.embedded_pg import EmbeddedPostgres
+from jobstream.ports import free_port
 from tests.support.http_server import http_client
 from tests.support.polling import eventually
 from tests.support.processes import Processes

@@ -19,7 +19,7 @@ import asyncpg
 import orjson
 import pytest
 
-from jobstream.embedded_pg import free_port
+from jobstream.ports import free_port
 from tests.support.http_server import http_client
 from tests.support.polling import eventually
 from tests.support.processes import REPO_ROOT

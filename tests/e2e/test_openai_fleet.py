@@ -21,7 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobstream.embedded_pg import free_port
+from jobstream.ports import free_port
 from tests.support.fake_openai import FakeOpenAI, Reply, RequestRecord, expected_text
 from tests.support.http_server import http_client
 from tests.support.openai_jobs import (

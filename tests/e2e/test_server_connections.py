@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from jobstream import tenants
-from jobstream.embedded_pg import free_port
+from jobstream.ports import free_port
 from jobstream.server import connections, stream_slots
 from tests.support.http_server import http_client
 from tests.support.polling import eventually

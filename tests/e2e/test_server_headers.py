@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from playwright.async_api import Page
 
-from jobstream.embedded_pg import free_port
+from jobstream.ports import free_port
 from tests.e2e.conftest import Stack
 from tests.support.http_server import http_client
 from tests.support.job_page import count_text, expect_finished, submit_form

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobstream import pauses, retention, tenants
 from jobstream.clock import DatabaseClock
-from jobstream.embedded_pg import free_port
+from jobstream.ports import free_port
 from jobstream.server import listeners
 from jobstream.server.app import create_app
 from jobstream.server.shutdown import DrainingServer

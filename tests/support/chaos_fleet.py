@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from jobstream.embedded_pg import free_port
 from jobstream.follower import Follower, FollowError
+from jobstream.ports import free_port
 from tests.support.chaos_plan import Plan
 from tests.support.http_server import http_client
 from tests.support.processes import ManagedProcess, Processes

@@ -26,8 +26,9 @@ import asyncpg
 import httpx
 
 from jobstream import db
-from jobstream.embedded_pg import EmbeddedPostgres, free_port
+from jobstream.embedded_pg import EmbeddedPostgres
 from jobstream.follower import Follower
+from jobstream.ports import free_port
 from jobstream.types import TERMINAL_STATUSES
 from tests.support import chaos_check
 from tests.support.fleet_plan import DATABASE_DOWN, Figures, Phase, Plan

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from jobstream import db, tenants
-from jobstream.embedded_pg import free_port
+from jobstream.ports import free_port
 from tests.support.http_server import http_client
 from tests.support.polling import eventually
 from tests.support.processes import REPO_ROOT, ManagedProcess, Processes

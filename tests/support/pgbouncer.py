@@ -26,7 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from jobstream.embedded_pg import free_port, unprivileged_user
+from jobstream.embedded_pg import unprivileged_user
+from jobstream.ports import free_port
 
 BINARY = Path("/usr/sbin/pgbouncer")
 INI = Path(__file__).resolve().parents[2] / "deploy" / "pgbouncer" / "pgbouncer.ini"
