@@ -23,6 +23,7 @@ from jobstream.settings import Settings
 from tests.e2e.conftest import Stack
 from tests.support import attempt_driver as drive
 from tests.support.http_server import http_client, serve
+from tests.support.polling import eventually
 from tests.support.processes import ManagedProcess, Processes
 from tests.support.sse_client import read_stream, reassemble
 
@@ -153,6 +154,9 @@ async def test_sigterm_ends_open_streams_and_the_server_exits_promptly(
 ) -> None:
     job = await stack.create_job(count_job(400, 20))  # far longer than this test
     assert stack.server is not None
+    # No idle keep-alive connection of ours: the drain would leave it for its keep-alive time
+    # (the next test), and this one is about the streams.
+    await stack.http.aclose()
     async with http_client(base_url=stack.base_url, timeout=10) as client:
         tokens = [asyncio.Event() for _ in range(5)]
         streams = [
@@ -161,14 +165,46 @@ async def test_sigterm_ends_open_streams_and_the_server_exits_promptly(
         ]
         await asyncio.wait_for(asyncio.gather(*(seen.wait() for seen in tokens)), 15)
         stack.server.terminate()
-        # Well within uvicorn's 5 s graceful timeout, which streams left open would run out;
-        # the bound leaves a busy machine room. uvicorn re-raises the signal it caught once it
-        # has shut down, hence -SIGTERM.
+        # Well within uvicorn's 5 s graceful timeout, which streams left open would run out,
+        # and within the 5 s keep-alive the drain leaves an idle connection: each stream ended
+        # must close its connection too. The bound leaves a busy machine room. uvicorn
+        # re-raises the signal it caught once it has shut down, hence -SIGTERM.
         assert await stack.server.wait_async(4) == -signal.SIGTERM
         received = await asyncio.gather(*streams)
     assert "graceful shutdown exceeded" not in stack.server.output()
     assert all(got.ended for got in received)  # ended cleanly: EventSource reconnects
     assert all(got.events and got.events[-1]["type"] != "done" for got in received)
+
+
+async def test_a_stopping_server_serves_a_request_on_an_idle_connection_and_then_closes_it(
+    stack: Stack,
+) -> None:
+    """What a proxy's cached upstream connection meets in a rolling deploy: a request sent on
+    it just after SIGTERM is answered (with Connection: close), not reset; a new connection is
+    refused, which a proxy may retry elsewhere even for a POST."""
+    assert stack.server is not None
+    await stack.http.aclose()  # its connection would hold the drain open too
+    # One connection, idle in the pool after this request.
+    async with http_client(base_url=stack.base_url, timeout=10) as client:
+        assert (await client.get("/healthz")).status_code == 200
+        stack.server.terminate()
+
+        async def refuses_new_connections() -> bool:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", stack.port)
+            except OSError:
+                return True
+            writer.close()
+            return False
+
+        await eventually(refuses_new_connections, bool, what="the listener is closed")
+        assert stack.server.returncode is None  # our idle connection holds the drain open
+        job = await client.post("/api/jobs", json={"prompt": "p"})
+        assert job.status_code == 202, job.text
+        assert job.headers["connection"] == "close"
+        # Its last response sent, nothing holds the server.
+        assert await stack.server.wait_async(4) == -signal.SIGTERM
+    assert "graceful shutdown exceeded" not in stack.server.output()
 
 
 async def test_a_reader_moved_between_two_servers_resumes_exactly(
