@@ -180,7 +180,10 @@ async def test_a_cancel_cancels_the_handler_and_closes_its_request(
     fake.push(Reply(kind="hang", after_tokens=2))
     job_id = await submit(api, "held", {"prompt": "wait for it"})
     seen = probe(job_id)
-    async with running_worker(ai_settings, pool=pool, app=app):
+    # The hang must outlast the cancel: with the fixture's 0.4 s idle timeout, a loaded machine
+    # was seen to end the stream as idle (a provider error, not a cancel) before the cancel came.
+    settings = ai_settings.replace(openai_idle_timeout_s=30.0)
+    async with running_worker(settings, pool=pool, app=app):
         await signalled(seen.started.wait(), what="the handler started")
         await fake.wait_until(lambda s: s.in_flight == 1)
         response = await api.post(f"/api/jobs/{job_id}/cancel")
