@@ -59,6 +59,7 @@ async def _finish_attempt(
         clock.now(),
         trace,
         usage.price_source if usage else None,
+        usage.model if usage else None,
     )
 
 
@@ -112,7 +113,7 @@ def _succeeded(success: Success) -> dict[str, Any]:
         "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
         # A string: exact, where a JSON number would pass through a float.
         "cost": str(usage.cost_usd), "cost_known": usage.cost_known,
-        "price_source": usage.price_source,
+        "price_source": usage.price_source, "model": usage.model,
         "last_chunk": success.last_chunk, "text_at": success.text_at,
         "charge": str(success.charge) if success.charge is not None else None,
     }  # fmt: skip

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from jobstream.prices import PriceSource
+from jobstream.prices import PriceSource, least_certain
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,12 @@ class Usage:
     # How cost_usd's price was found (jobstream/prices.py): the attempt's row records it, so a
     # cost priced by a provider's default is told apart. None: no call was priced.
     price_source: PriceSource | None = None
+    # The model the calls went to (the one asked for, else the provider's default): several,
+    # sorted and joined by ", ", when an attempt called more than one (one label per set, so
+    # spend by model groups them alike). The
+    # attempt's row records it, so spend can be told by model for a job of the user's own code
+    # too, whose request names none. None: no call was priced. Not in the result's JSON.
+    model: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -35,3 +42,20 @@ class Usage:
             data["cache_read_tokens"] = self.cache_read_tokens
             data["cache_write_tokens"] = self.cache_write_tokens
         return data
+
+
+def summed(parts: Sequence[Usage]) -> Usage:
+    """The usage of several calls (an attempt's, a step's) as one."""
+    if len(parts) == 1:
+        return parts[0]
+    models = {name for part in parts for name in (part.model or "").split(", ") if name}
+    return Usage(
+        input_tokens=sum(p.input_tokens for p in parts),
+        output_tokens=sum(p.output_tokens for p in parts),
+        cost_usd=sum((p.cost_usd for p in parts), Decimal(0)),
+        cost_known=all(p.cost_known for p in parts),
+        cache_read_tokens=sum(p.cache_read_tokens for p in parts),
+        cache_write_tokens=sum(p.cache_write_tokens for p in parts),
+        price_source=least_certain(p.price_source for p in parts),
+        model=", ".join(sorted(models)) or None,
+    )

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
-from jobstream.prices import least_certain
-from jobstream.usage import Usage
+from jobstream.usage import Usage, summed
 from jobstream.worker.providers.base import Provider, ProviderRequest
 
 _ZERO = Usage(cost_usd=Decimal(0), cost_known=True)
@@ -38,7 +37,13 @@ class Call:
     def priced(self, usage: Usage) -> Usage:
         """`usage` with how its price was found: the catalogue's answer for this call's model,
         which its cost (the provider's, or our estimate) was computed with."""
-        return replace(usage, price_source=self.provider.price(self.request).source)
+        price = self.provider.price(self.request)
+        return replace(usage, price_source=price.source, model=self.request.model or price.model)
+
+    def refused(self) -> Usage:
+        """Refused before any output: billed nothing, so no price was used; the model was
+        still asked."""
+        return replace(_ZERO, model=self.request.model or self.provider.price(self.request).model)
 
 
 @dataclass
@@ -75,20 +80,10 @@ class Spend:
             if call.usage is not None:
                 parts.append(call.priced(call.usage))
             elif refused_call_billed_nothing and call.deltas == 0:
-                parts.append(_ZERO)  # billed nothing: no price was used
+                parts.append(call.refused())
             else:
                 parts.append(call.priced(call.estimate()))
-        if len(parts) == 1:
-            return parts[0]
-        return Usage(
-            input_tokens=sum(p.input_tokens for p in parts),
-            output_tokens=sum(p.output_tokens for p in parts),
-            cost_usd=sum((p.cost_usd for p in parts), Decimal(0)),
-            cost_known=all(p.cost_known for p in parts),
-            cache_read_tokens=sum(p.cache_read_tokens for p in parts),
-            cache_write_tokens=sum(p.cache_write_tokens for p in parts),
-            price_source=least_certain(p.price_source for p in parts),
-        )
+        return summed(parts)
 
     def committed_usd(self) -> Decimal:
         """The most the attempt's calls can have cost once the open ones end: the finished

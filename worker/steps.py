@@ -32,9 +32,8 @@ from pydantic_core import to_jsonable_python
 
 from jobstream import tracing
 from jobstream.claims import Claimed
-from jobstream.prices import least_certain
 from jobstream.sql import queries
-from jobstream.usage import Usage
+from jobstream.usage import Usage, summed
 from jobstream.worker.inbox import Inbox, LeaseLost
 from jobstream.worker.job_writes import JobWrites
 from jobstream.worker.journal_writes import Journal, Journals, ids_of, journal, journal_many
@@ -242,12 +241,4 @@ _NOTHING = Usage()  # a step that made no call
 
 
 def _sum(usages: list[Usage]) -> Usage:
-    if not usages:
-        return _NOTHING
-    return Usage(
-        input_tokens=sum(u.input_tokens for u in usages),
-        output_tokens=sum(u.output_tokens for u in usages),
-        cost_usd=sum((u.cost_usd for u in usages), Decimal(0)),
-        cost_known=all(u.cost_known for u in usages),
-        price_source=least_certain(u.price_source for u in usages),
-    )
+    return summed(usages) if usages else _NOTHING

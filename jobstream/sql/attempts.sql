@@ -34,7 +34,7 @@ WITH input AS (
       FROM jsonb_to_recordset($1::jsonb)
              AS i (job_id uuid, run_token uuid, result jsonb, attempt int, input_tokens int,
                    output_tokens int, cost numeric, cost_known boolean, price_source text,
-                   last_chunk text, charge numeric, text_at bigint)
+                   model text, last_chunk text, charge numeric, text_at bigint)
 ), done AS (
     UPDATE jobs j
        SET status = 'succeeded', result = i.result,
@@ -53,13 +53,16 @@ WITH input AS (
             OR CASE WHEN j.text_attempt = i.attempt THEN j.text_chars ELSE 0 END = i.text_at)
     RETURNING j.id, j.tenant_id, j.status, j.attempts, j.finished_at, j.result, j.error,
               j.webhook_url, j.last_seq, i.attempt, i.input_tokens, i.output_tokens, i.cost,
-              i.cost_known, i.price_source, i.last_chunk, coalesce(i.charge, i.cost) AS charge,
+              i.cost_known, i.price_source, i.model, i.last_chunk,
+              coalesce(i.charge, i.cost) AS charge,
               old.reserved_usd AS held
 ), closed AS (
     UPDATE job_attempts a
        SET outcome = 'succeeded', finished_at = done.finished_at,
            input_tokens = done.input_tokens, output_tokens = done.output_tokens,
-           cost_usd = done.cost, cost_known = done.cost_known, price_source = done.price_source
+           cost_usd = done.cost, cost_known = done.cost_known, price_source = done.price_source,
+           -- The model its calls went to; the claim's (the built-in job's request) otherwise.
+           model = coalesce(done.model, a.model)
       FROM done
      -- No `outcome = 'running'` test: the job ran under this attempt's token, so its attempt
      -- is running; and with it the planner read every running attempt once per success.
@@ -164,7 +167,7 @@ RETURNING *
 -- An attempt's end other than success, and the reaper's `lost` (jobstream/attempts.py): a running
 -- attempt's tokens, cost and cancel_confirmed are NULL until it ends, so the reaper passes NULLs
 -- and loses nothing. $12 is the traceback of an exception of the job's own code, for operators;
--- $13 how the cost's price was found (jobstream/prices.py). The INSERT after `ended` adds the
+-- $13 how the cost's price was found (jobstream/prices.py), $14 the model its calls went to. The INSERT after `ended` adds the
 -- attempt to the metrics' counters (metrics.sql); one row, so its histogram is
 -- duration_counts' (schema.sql).
 WITH ended AS (
@@ -174,7 +177,7 @@ WITH ended AS (
            -- The reaper passes NULLs: a lost attempt keeps what its journaled steps recorded.
            input_tokens = coalesce($6, input_tokens), output_tokens = coalesce($7, output_tokens),
            cost_usd = coalesce($8, cost_usd), cost_known = $9,
-           price_source = coalesce($13, price_source),
+           price_source = coalesce($13, price_source), model = coalesce($14, model),
            cancel_confirmed = $10, error_trace = $12
      WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
     RETURNING provider, outcome, cost_usd, cost_known,

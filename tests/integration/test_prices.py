@@ -115,3 +115,5 @@ async def test_an_attempt_of_several_calls_records_default_if_any_call_was_price
     assert (first["price_source"], first["cost_usd"]) == ("catalogue", 2 * cost[MODEL])
     (second,) = await attempt_rows(pool, mixed)
     assert (second["price_source"], second["cost_usd"]) == ("default", cost[MODEL] + cost[UNKNOWN])
+    # The job names no model; its attempts' rows name those its calls went to, for spend by model.
+    assert (first["model"], second["model"]) == (MODEL, ", ".join(sorted([MODEL, UNKNOWN])))
