@@ -33,9 +33,12 @@ export function fill(el, ...children) {
 export const byId = (id) => document.getElementById(id);
 
 // A table with a caption-less header row; `rows` are arrays of cells (a cell: text, a node,
-// or [props, ...children] for a td with attributes).
+// or [props, ...children] for a td with attributes). A column whose first row's cell is a
+// number gets its header aligned with it, right.
 export function table(headers, rows, props = {}) {
-  const head = h("thead", {}, h("tr", {}, headers.map((title) => h("th", { scope: "col" }, title))));
+  const first = rows[0]?.children ?? [];
+  const numeric = (i) => (first[i]?.classList.contains("num") ? "num" : undefined);
+  const head = h("thead", {}, h("tr", {}, headers.map((title, i) => h("th", { scope: "col", class: numeric(i) }, title))));
   const body = h("tbody", {}, rows);
   return h("div", { class: "table-wrap" }, h("table", props, head, body));
 }
