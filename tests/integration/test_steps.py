@@ -53,13 +53,18 @@ async def _value(value: Any) -> Any:
     return value
 
 
+# The idle timeout of a call that hangs as if its worker were dead: the fixture's 0.4 s could
+# end it as a provider error before the test's reaper takes the job on a loaded machine.
+HUNG_S = 60.0
+
+
 async def test_a_lost_attempt_replays_its_journaled_steps_and_runs_only_the_rest(
     pool: asyncpg.Pool, ai_settings: Settings, api: httpx.AsyncClient, fake: FakeOpenAI
 ) -> None:
     # The third call of the first attempt hangs: its worker is as good as dead.
     fake.push(Reply(), Reply(), Reply(kind="hang", after_tokens=2))
     clock = manual_clock()
-    settings = ai_settings.replace(lease_s=LEASE_S)
+    settings = ai_settings.replace(lease_s=LEASE_S, openai_idle_timeout_s=HUNG_S)
     job_id = await submit(api, "three_steps", {"topic": "fencing tokens"})
     events_url = (await api.get(f"/api/jobs/{job_id}")).json()["events_url"]
     follower = read_stream(api, events_url)
@@ -205,7 +210,7 @@ async def test_steps_at_once_keep_their_text_apart_and_a_retry_runs_only_the_unf
 ) -> None:
     fake.push(Reply(), Reply(), Reply(kind="hang", after_tokens=3))
     clock = manual_clock()
-    settings = ai_settings.replace(lease_s=LEASE_S)
+    settings = ai_settings.replace(lease_s=LEASE_S, openai_idle_timeout_s=HUNG_S)
     job_id = await submit(api, "fan_out", {"topic": "winds", "max_tokens": 8})
     async with running_worker(
         settings.replace(worker_id="first"), pool=pool, clock=clock, app=app
