@@ -1,0 +1,447 @@
+"""WAL per no-op job, stage by stage: the baseline for a queue that rewrites fewer rows.
+
+    .venv/bin/python -m bench.queue_wal [--jobs 256] [--batch 16] [--create-batch 100]
+                                        [--repeats 3] [--explain]
+
+On a fresh durable embedded PostgreSQL (fsync and full_page_writes on; or DATABASE_URL, whose
+server must allow CREATE DATABASE and pg_walinspect), each repeat makes a database afresh and
+takes `--jobs` no-op jobs of bench-queue's kind (the simulated provider, one token, no delays;
+bench/jobstream_side.py) through their lives with the product's own calls, on one connection:
+  create   jobstream_side.create_many (creates.create_many, INSERT_JOBS, idempotency keys on)
+           in batches of --create-batch;
+  claim    claims.claim_batch (claim_jobs, schema.sql) of --batch jobs, as a worker claims for
+           its free slots; then, at once,
+  success  attempts.accept_many (SUCCEED_ATTEMPTS) of those --batch jobs, their one-token text
+           riding along as the last chunk, as a worker's completions batch them;
+  settle   the janitor's compaction (retention.settle, SETTLE_JOBS) in its batches of 25, as if
+           JOBSTREAM_COMPACT_AFTER_S had passed, with a retention of 0;
+  delete   the janitor's deletion after retention (retention.delete_expired), tombstones on.
+  renew    apart, not in a no-op job's life: one lease renewal (renewals.renew_many) of --batch
+           running jobs, which a job pays every third of its lease (JOBSTREAM_LEASE_S / 3).
+Each claim and success is followed by its NOTIFY statement (events.announce), counted with it.
+A CHECKPOINT comes before every measured batch, so each batch pays the full-page images of the
+pages it touches first: FPI are reported apart, and the bytes they take. A warm-up life of one
+batch, unmeasured, fills the connection's caches first. Autovacuum is off on the database's
+tables, so that no other process writes between a batch's two readings (bench/wal_meter.py).
+
+Per stage: WAL records, FPI and bytes a job (min / median / max over the repeats), and for the
+median repeat the heap rows inserted / updated (HOT) / deleted a job (pg_stat_user_tables), the
+index entries a job (btree leaf inserts, from the records), and which relation each record went
+to. Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+
+from bench import jobstream_side
+from bench import queue_common as common
+from bench.postgres import durable_postgres
+from bench.wal_meter import Meter, Sample
+from jobstream import attempts, claims, db, logs, migrations, renewals, retention
+from jobstream.attempts import Success
+from jobstream.claims import Claimed
+from jobstream.clock import DatabaseClock
+from jobstream.jobspec import BUILT_IN_JOB, AttemptSpec
+from jobstream.settings.worker import WorkerSettings
+from jobstream.sql import queries
+from jobstream.usage import Usage
+from jobstream.worker.janitor import unhurried
+
+DATABASE = "queue_wal_bench"
+CLOCK = DatabaseClock()
+WORKER_ID = "queue-wal"
+LEASE_S = WorkerSettings.lease_s
+JANITOR_BATCH = WorkerSettings.janitor_batch
+# What the simulated provider answers a one-token job: its text, and a usage with a price.
+TEXT = "0 "
+USAGE = Usage(input_tokens=1, output_tokens=1, cost_usd=Decimal("0.000002"), model="sim")
+QUEUE = ("create", "claim", "success")
+JANITOR = ("settle", "delete")
+STAGES = (*QUEUE, *JANITOR, "renew")
+
+Work = Callable[[], Awaitable[object]]
+# Runs one batch of a stage: measure(stage, jobs, work).
+Measure = Callable[[str, int, Work], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Options:
+    jobs: int
+    batch: int
+    create_batch: int
+    repeats: int
+    explain: bool
+
+
+async def prepare(admin_url: str) -> str:
+    """A fresh database with the schema, whose tenant has no running limit, autovacuum off."""
+    url = await common.recreate_database(admin_url, DATABASE)
+    conn = await db.connect(url)
+    try:
+        await migrations.apply_schema(conn)
+        await conn.execute("UPDATE tenants SET max_running = 100000")
+        for table in await conn.fetch("SELECT relname FROM pg_stat_user_tables"):
+            await conn.execute(f'ALTER TABLE "{table["relname"]}" SET (autovacuum_enabled = false)')
+    finally:
+        await conn.close()
+    return url
+
+
+def successes(held: list[Claimed]) -> list[Success]:
+    return [Success(h, TEXT, USAGE, last_chunk=TEXT) for h in held]
+
+
+async def life(
+    pool: asyncpg.Pool, measure: Measure, *, jobs: int, batch: int, create_batch: int
+) -> None:
+    """`jobs` no-op jobs through every stage, each batch run by `measure(jobs, work)`."""
+    for start in range(0, jobs, create_batch):
+        n = min(create_batch, jobs - start)
+
+        async def create(n: int = n) -> None:
+            await jobstream_side.create_many(pool, n, keyed=True)
+
+        await measure("create", n, create)
+    held: list[Claimed] = []
+
+    async def claim(n: int) -> None:
+        held[:] = await claims.claim_batch(
+            pool, providers=[jobstream_side.PROVIDER], worker_id=WORKER_ID, lease_s=LEASE_S,
+            clock=CLOCK, max_jobs=n,
+        )  # fmt: skip
+        if len(held) != n:
+            raise RuntimeError(f"claimed {len(held)} jobs of {n}")
+
+    async def succeed() -> None:
+        landed = await attempts.accept_many(pool, successes(held), CLOCK)
+        if len(landed) != len(held):
+            raise RuntimeError(f"{len(held) - len(landed)} successes fenced out")
+
+    for start in range(0, jobs, batch):
+        n = min(batch, jobs - start)
+        await measure("claim", n, lambda n=n: claim(n))  # type: ignore[misc]
+        await measure("success", n, succeed)
+    await janitor(pool, measure, jobs)
+
+
+async def janitor(pool: asyncpg.Pool, measure: Measure, jobs: int) -> None:
+    """Settle, then delete, `jobs` finished jobs in the janitor's batches."""
+    for stage in JANITOR:
+        for start in range(0, jobs, JANITOR_BATCH):
+            n = min(JANITOR_BATCH, jobs - start)
+
+            async def work(stage: str = stage, n: int = n) -> None:
+                async with pool.acquire() as conn, unhurried(conn):
+                    if stage == "settle":
+                        done = await retention.settle(
+                            conn, CLOCK, compact_after_s=0, retention_s=0, limit=n
+                        )
+                    else:
+                        done = await retention.delete_expired(conn, CLOCK, limit=n, tombstones=True)
+                if done.jobs != n:
+                    raise RuntimeError(f"{stage}: {done.jobs} jobs of {n}")
+
+            await measure(stage, n, work)
+
+
+async def renewal(pool: asyncpg.Pool, measure: Measure, batch: int) -> None:
+    """One renewal of `batch` running jobs' leases; the jobs then end, unmeasured."""
+    await jobstream_side.create_many(pool, batch, keyed=True)
+    held = await claims.claim_batch(
+        pool, providers=[jobstream_side.PROVIDER], worker_id=WORKER_ID, lease_s=LEASE_S,
+        clock=CLOCK, max_jobs=batch,
+    )  # fmt: skip
+    await measure(
+        "renew",
+        len(held),
+        lambda: renewals.renew_many(pool, held, LEASE_S, CLOCK, worker_id=WORKER_ID),
+    )
+    await attempts.accept_many(pool, successes(held), CLOCK)
+
+
+async def unmeasured(_stage: str, _jobs: int, work: Work) -> None:
+    await work()
+
+
+async def one_repeat(admin_url: str, options: Options) -> dict[str, Sample]:
+    """One life of options.jobs jobs on a fresh database: each stage's batches summed."""
+    url = await prepare(admin_url)
+    pool = await db.create_pool(url, min_size=1, max_size=1)
+    meter = await Meter.open(url, pool)
+    samples: dict[str, list[Sample]] = {stage: [] for stage in STAGES}
+
+    async def measured(stage: str, jobs: int, work: Work) -> None:
+        samples[stage].append(await meter.measure(jobs, work))
+
+    try:
+        # The warm-up: the connection's caches and prepared statements, the backend's counter
+        # rows (metric_totals), a first renewal.
+        batch = options.batch
+        await life(pool, unmeasured, jobs=batch, batch=batch, create_batch=batch)
+        await renewal(pool, unmeasured, batch)
+        await life(pool, measured, jobs=options.jobs, batch=batch,
+                   create_batch=options.create_batch)  # fmt: skip
+        await renewal(pool, measured, batch)
+    finally:
+        await meter.close()
+        await pool.close()
+        await common.drop_database(admin_url, DATABASE)
+    return {stage: Sample.total(got) for stage, got in samples.items()}
+
+
+# --- figures ---
+
+
+@dataclass(frozen=True)
+class PerJob:
+    """One stage's figures a job, in one repeat."""
+
+    records: float
+    fpi: float
+    bytes: float
+    fpi_bytes: float
+    ins: float
+    upd: float
+    hot: float
+    moved: float
+    dele: float
+    index_entries: float
+
+    @classmethod
+    def of(cls, sample: Sample) -> PerJob:
+        n, rows = sample.jobs, sample.rows
+        return cls(
+            sample.records / n, sample.fpi / n, sample.bytes / n, sample.fpi_bytes / n,
+            rows.ins / n, rows.upd / n, rows.hot / n, rows.moved / n, rows.dele / n,
+            sample.index_entries / n,
+        )  # fmt: skip
+
+    def __add__(self, other: PerJob) -> PerJob:
+        return PerJob(
+            *(a + b for a, b in zip(vars(self).values(), vars(other).values(), strict=True))
+        )
+
+
+def per_job(repeat: dict[str, Sample]) -> dict[str, PerJob]:
+    """Each stage a job, and the totals: the queue's (create, claim, success) and with the
+    janitor's (a job's whole life); renewal stays apart."""
+    figures = {stage: PerJob.of(sample) for stage, sample in repeat.items()}
+    queue = sum((figures[s] for s in QUEUE[1:]), figures[QUEUE[0]])
+    whole = sum((figures[s] for s in JANITOR), queue)
+    return {**{s: figures[s] for s in (*QUEUE, *JANITOR)}, "queue total": queue,
+            "life total": whole, "renew": figures["renew"]}  # fmt: skip
+
+
+def _spread(values: list[float], digits: int) -> str:
+    return (f"{statistics.median(values):.{digits}f}"
+            f" ({min(values):.{digits}f}-{max(values):.{digits}f})")  # fmt: skip
+
+
+def table(repeats: list[dict[str, Sample]], options: Options) -> str:
+    """stage | batch | WAL records, FPI, bytes other than FPI a job: median (min-max) over the
+    repeats; FPI bytes, heap rows and index entries a job: the medians."""
+    figures = [per_job(r) for r in repeats]
+    batches = {"create": options.create_batch, "claim": options.batch,
+               "success": options.batch, "settle": JANITOR_BATCH, "delete": JANITOR_BATCH,
+               "renew": options.batch}  # fmt: skip
+    lines = [
+        f"{'stage':<12} {'batch':>5}  {'WAL records/job':>19}  {'FPI/job':>16}  "
+        f"{'bytes/job w/o FPI':>18}  {'FPI bytes':>9}  {'heap ins/upd (HOT, moved)/del':>34}  "
+        f"{'index entries':>13}"
+    ]
+    for stage in figures[0]:
+        got = [f[stage] for f in figures]
+        med = {k: statistics.median(getattr(g, k) for g in got) for k in vars(got[0])}
+        rows = (f"{med['ins']:.2f} / {med['upd']:.2f} ({med['hot']:.2f}, {med['moved']:.2f})"
+                f" / {med['dele']:.2f}")  # fmt: skip
+        batch = str(batches.get(stage, ""))
+        if stage == "renew":
+            lines.append("(apart: a running job's lease renewal, every JOBSTREAM_LEASE_S / 3)")
+        lines.append(
+            f"{stage:<12} {batch:>5}  {_spread([g.records for g in got], 2):>19}  "
+            f"{_spread([g.fpi for g in got], 2):>16}  "
+            f"{_spread([g.bytes - g.fpi_bytes for g in got], 0):>18}  "
+            f"{med['fpi_bytes']:>9.0f}  {rows:>34}  {med['index_entries']:>13.2f}"
+        )
+    return "\n".join(lines)
+
+
+def places(repeat: dict[str, Sample]) -> str:
+    """Where each stage's records went: a line per relation (or kind of record without one),
+    most records first, with its record types; and each table's rows."""
+    lines: list[str] = []
+    for stage, sample in repeat.items():
+        n = sample.jobs
+        lines.append(f"{stage} ({n} jobs): {sample.records / n:.2f} records, "
+                     f"{sample.bytes / n:.0f} bytes a job")  # fmt: skip
+        ordered = sorted(sample.places.items(), key=lambda p: (-p[1].records, p[0]))
+        for name, place in ordered:
+            kinds = ", ".join(
+                f"{t} {c / n:.2f}" for t, c in sorted(place.types.items(), key=lambda t: -t[1])
+            )
+            lines.append(
+                f"  {name:<34} {place.records / n:6.2f} rec {place.bytes / n:7.0f} B"
+                f" (FPI {place.fpi / n:.2f}, {place.fpi_bytes / n:.0f} B)  {kinds}"
+            )
+        for name, rows in sorted(sample.tables.items()):
+            lines.append(
+                f"  rows {name:<29} ins {rows.ins / n:.2f} upd {rows.upd / n:.2f}"
+                f" (HOT {rows.hot / n:.2f}, to another page {rows.moved / n:.2f})"
+                f" del {rows.dele / n:.2f}"
+            )
+        if not sample.agrees:
+            b = sample.backend
+            lines.append(
+                f"  !! the backend's own counters differ: {b.records} records, {b.fpi} FPI,"
+                f" {b.bytes} bytes against {sample.records}, {sample.fpi}, {sample.bytes}"
+            )
+    return "\n".join(lines)
+
+
+# --- the claim's and the success's plans ---
+
+# The statements claim_jobs runs inside, with their plans and WAL, sent to the client as notices.
+AUTO_EXPLAIN = """
+LOAD 'auto_explain';
+SET auto_explain.log_min_duration = 0;
+SET auto_explain.log_analyze = on;
+SET auto_explain.log_buffers = on;
+SET auto_explain.log_wal = on;
+SET auto_explain.log_nested_statements = on;
+SET auto_explain.log_level = notice;
+"""
+RUNNING = """
+SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,
+       job_name
+  FROM jobs WHERE status = 'running'
+"""
+
+
+async def _explain(conn: db.Conn, statement: str, args: list[Any]) -> str:
+    rows = await conn.fetch(f"EXPLAIN (ANALYZE, BUFFERS, WAL) {statement}", *args)
+    return "\n".join(r[0] for r in rows)
+
+
+async def explain(admin_url: str, batch: int) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS, WAL) of one claim of `batch` jobs (CLAIM_JOBS, with the plans
+    of the statements claim_jobs runs, from auto_explain) and of their success
+    (SUCCEED_ATTEMPTS), on a fresh database after a warm-up life, not after a checkpoint."""
+    url = await prepare(admin_url)
+    pool = await db.create_pool(url, min_size=1, max_size=1)
+    notices: list[str] = []
+    try:
+        await life(pool, unmeasured, jobs=batch, batch=batch, create_batch=batch)
+        await jobstream_side.create_many(pool, 4 * batch, keyed=True)
+        async with pool.acquire() as conn:
+            conn.add_log_listener(lambda _conn, message: notices.append(message.message))
+            await conn.execute(AUTO_EXPLAIN)
+            claim_args = [
+                [jobstream_side.PROVIDER], WORKER_ID, LEASE_S, None, [], [], [], batch,
+                [BUILT_IN_JOB], claims.DEFAULT_MAX_SHARE,
+            ]  # fmt: skip
+            claim_plan = await _explain(conn, queries.CLAIM_JOBS, claim_args)
+            await conn.execute("SET auto_explain.log_min_duration = -1")
+            held = [
+                Claimed(
+                    job_id=r["id"],
+                    tenant_id=r["tenant_id"],
+                    attempt=r["attempts"],
+                    run_token=r["run_token"],
+                    provider=r["provider"],
+                    spec=AttemptSpec.from_payload(r["payload"]),
+                    max_attempts=r["max_attempts"],
+                    counted_attempts=r["attempts"] - r["uncounted_attempts"],
+                    job_name=r["job_name"],
+                )
+                for r in await conn.fetch(RUNNING)
+            ]
+            args = attempts.succeed_args(successes(held), None)
+            succeed_plan = await _explain(conn, queries.SUCCEED_ATTEMPTS, args)
+    finally:
+        await pool.close()
+        await common.drop_database(admin_url, DATABASE)
+    nested = "\n\n".join(n for n in notices if "claim_jobs(" not in n.split("\n", 2)[1])
+    return (
+        f"EXPLAIN (ANALYZE, BUFFERS, WAL) CLAIM_JOBS, {batch} jobs:\n{claim_plan}\n\n"
+        f"claim_jobs' own statements (auto_explain):\n{nested}\n\n"
+        f"EXPLAIN (ANALYZE, BUFFERS, WAL) SUCCEED_ATTEMPTS, {len(held)} jobs:\n{succeed_plan}"
+    )
+
+
+# --- the run ---
+
+
+def parse_args(argv: list[str] | None) -> Options:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=256, help="jobs measured a repeat")
+    parser.add_argument("--batch", type=int, default=16, help="jobs a claim and a success")
+    parser.add_argument("--create-batch", type=int, default=100, help="jobs a create call")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--explain", action="store_true", help="print the plans too")
+    args = parser.parse_args(argv)
+    return Options(args.jobs, args.batch, args.create_batch, args.repeats, args.explain)
+
+
+async def describe(admin_url: str) -> str:
+    conn = await asyncpg.connect(admin_url)
+    try:
+        settings = {
+            name: await conn.fetchval(f"SHOW {name}")
+            for name in ("fsync", "synchronous_commit", "full_page_writes", "data_checksums",
+                         "wal_level", "shared_buffers")
+        }  # fmt: skip
+        version = await conn.fetchval("SHOW server_version")
+    finally:
+        await conn.close()
+    shown = ", ".join(f"{k} = {v}" for k, v in settings.items())
+    return f"queue_wal: WAL per no-op job\nPostgreSQL {version}: {shown}\n{os.cpu_count()} cores"
+
+
+async def run(options: Options, admin_url: str) -> None:
+    print(await describe(admin_url), flush=True)
+    print(
+        f"{options.jobs} jobs a repeat; claims and successes of {options.batch}, creates of "
+        f"{options.create_batch}; a CHECKPOINT before every measured batch",
+        flush=True,
+    )
+    repeats: list[dict[str, Sample]] = []
+    for n in range(options.repeats):
+        repeat = await one_repeat(admin_url, options)
+        repeats.append(repeat)
+        total = per_job(repeat)["queue total"]
+        print(f"repeat {n + 1}: queue {total.records:.2f} records, {total.bytes:.0f} bytes a job"
+              f" ({total.fpi_bytes:.0f} of them FPI)",
+              flush=True)  # fmt: skip
+    print("\n" + table(repeats, options))
+    by_records = sorted(repeats, key=lambda r: per_job(r)["queue total"].records)
+    print(
+        "\nWhere the records go (the median repeat), a job:\n"
+        + places(by_records[len(by_records) // 2])
+    )
+    if options.explain:
+        print("\n" + await explain(admin_url, options.batch))
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = parse_args(argv)
+    logs.configure("warning", json=False)
+    with durable_postgres("queue-wal-") as admin_url:
+        asyncio.run(run(options, admin_url))
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except KeyboardInterrupt:
+        sys.exit(130)
