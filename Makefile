@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-admin bench-providers browser chat admin-assets fuzz chaos postgresql-15 pgbouncer nginx fleet test-pg15
+.PHONY: run test lint typecheck unit integration e2e install clean bench bench-queue bench-retention bench-admin bench-providers bench-wal browser chat admin-assets fuzz chaos postgresql-15 pgbouncer nginx fleet test-pg15
 
 ## Installs with uv, itself installed by pip into the venv: from a fresh clone, 22 s against
 ## pip's 63 s here, a fifth of make test's five minutes. pip does it if uv cannot be had.
@@ -197,6 +197,12 @@ bench-queue: $(STAMP)
 	@case "$(BENCH_ARGS)" in *--via-pgbouncer*) $(MAKE) --no-print-directory pgbouncer;; esac
 	$(UV) -e '.[dev,bench]' || $(PIP) -e '.[dev,bench]'
 	$(BIN)/python -m bench.queue_side_by_side $(BENCH_ARGS)
+
+## WAL records, full-page images and bytes per no-op job, stage by stage and relation by
+## relation (bench/queue_wal.py; about a minute; BENCH_ARGS=--explain adds the claim's and the
+## success's EXPLAIN (ANALYZE, BUFFERS, WAL)). Needs PostgreSQL 18 (the embedded one).
+bench-wal: $(STAMP)
+	$(BIN)/python -m bench.queue_wal $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .cache
