@@ -24,11 +24,11 @@ class Usage:
     # How cost_usd's price was found (jobstream/prices.py): the attempt's row records it, so a
     # cost priced by a provider's default is told apart. None: no call was priced.
     price_source: PriceSource | None = None
-    # The model the calls went to (the one asked for, else the provider's default): several,
-    # sorted and joined by ", ", when an attempt called more than one (one label per set, so
-    # spend by model groups them alike). The
-    # attempt's row records it, so spend can be told by model for a job of the user's own code
-    # too, whose request names none. None: no call was priced. Not in the result's JSON.
+    # The model the calls went to (the one asked for, else the provider's default); when an
+    # attempt called several, their names sorted and joined by ", " (one label per set, so
+    # spend by model groups them alike). The attempt's row records it: spend can be told by
+    # model for a job of the user's own code too, whose request names none. None: no call was
+    # priced. Not in the result's JSON.
     model: str | None = None
 
     def to_json(self) -> dict[str, Any]:

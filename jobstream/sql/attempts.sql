@@ -167,9 +167,9 @@ RETURNING *
 -- An attempt's end other than success, and the reaper's `lost` (jobstream/attempts.py): a running
 -- attempt's tokens, cost and cancel_confirmed are NULL until it ends, so the reaper passes NULLs
 -- and loses nothing. $12 is the traceback of an exception of the job's own code, for operators;
--- $13 how the cost's price was found (jobstream/prices.py), $14 the model its calls went to. The INSERT after `ended` adds the
--- attempt to the metrics' counters (metrics.sql); one row, so its histogram is
--- duration_counts' (schema.sql).
+-- $13 how the cost's price was found (jobstream/prices.py), $14 the model its calls went to
+-- (jobstream/usage.py). The INSERT after `ended` adds the attempt to the metrics' counters
+-- (metrics.sql); one row, so its histogram is duration_counts' (schema.sql).
 WITH ended AS (
     UPDATE job_attempts
        SET outcome = $3, finished_at = coalesce($11::timestamptz, statement_timestamp()),
