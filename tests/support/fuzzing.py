@@ -31,6 +31,12 @@ from tests.support.processes import REPO_ROOT, ManagedProcess, Processes
 CONFIG = REPO_ROOT / "tests" / "e2e" / "schemathesis.toml"
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 KEY_VARIABLE = "JOBSTREAM_FUZZ_API_KEY"  # read by schemathesis.toml
+# The operator's keys, read by schemathesis.toml too: with them the fuzzer reaches the admin API's
+# and /metrics' handlers, not only their 401.
+ADMIN_KEY_VARIABLE = "JOBSTREAM_FUZZ_ADMIN_KEY"
+METRICS_KEY_VARIABLE = "JOBSTREAM_FUZZ_METRICS_KEY"
+ADMIN_KEY = "fuzz-operator-admin-key"
+METRICS_KEY = "fuzz-operator-metrics-key"
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,8 @@ async def target(group: Processes, database_url: str) -> AsyncIterator[Target]:
         # A request without a key is then a 401, never the `default` tenant's: the fuzzer's key
         # reaches the handlers, and its requests without one test the refusal.
         "JOBSTREAM_REQUIRE_API_KEY": "true",
+        "JOBSTREAM_ADMIN_KEY": ADMIN_KEY,
+        "JOBSTREAM_METRICS_KEY": METRICS_KEY,
         "JOBSTREAM_LOG_JSON": "true",
         "JOBSTREAM_POLL_INTERVAL_S": "0.2",
         "JOBSTREAM_BACKOFF_BASE_S": "0",
@@ -135,6 +143,8 @@ async def run_schemathesis(
     env = {
         **os.environ,
         KEY_VARIABLE: target.api_key,
+        ADMIN_KEY_VARIABLE: ADMIN_KEY,
+        METRICS_KEY_VARIABLE: METRICS_KEY,
         "COLUMNS": "120",
         # Hypothesis keeps caches in ./.hypothesis/ otherwise: the report's folder holds them.
         "HYPOTHESIS_STORAGE_DIRECTORY": str(report_dir / "hypothesis"),
