@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
 import pytest
 
-from jobstream import db
+from jobstream import db, ports
 from jobstream.embedded_pg import EmbeddedPostgres
 from jobstream.settings import Settings
 from tests.support import database
 from tests.support.database import DatabaseSupply
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Each xdist worker starts servers on ports from a slice of its own (jobstream/ports.py).
+    worker, count = (
+        os.environ.get("PYTEST_XDIST_WORKER"),
+        os.environ.get("PYTEST_XDIST_WORKER_COUNT"),
+    )
+    if worker and count:
+        ports.partition(int(worker.removeprefix("gw")), int(count))
 
 
 @pytest.fixture(scope="session")

@@ -25,3 +25,15 @@ def test_a_port_something_listens_on_is_skipped(monkeypatch: pytest.MonkeyPatch)
     assert port != taken
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))  # free indeed
+
+
+def test_a_partitioned_process_keeps_to_its_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As a third of three workers would: the top third of the range below the ephemeral one.
+    monkeypatch.setattr(ports, "_slice", None)
+    monkeypatch.setattr(ports, "_next", None)
+    ports.partition(2, 3)
+    span = (ports._ephemeral_start() - 10_000) // 3
+    given = [ports.free_port() for _ in range(50)]
+    assert all(10_000 + 2 * span <= port < 10_000 + 3 * span for port in given)
+    with pytest.raises(ValueError):
+        ports.partition(3, 3)
