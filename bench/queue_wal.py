@@ -52,7 +52,7 @@ from jobstream import attempts, claims, db, logs, migrations, renewals, retentio
 from jobstream.attempts import Success
 from jobstream.claims import Claimed
 from jobstream.clock import DatabaseClock
-from jobstream.jobspec import BUILT_IN_JOB, AttemptSpec
+from jobstream.jobspec import BUILT_IN_JOB
 from jobstream.settings.worker import WorkerSettings
 from jobstream.sql import queries
 from jobstream.usage import Usage
@@ -323,7 +323,7 @@ SET auto_explain.log_level = notice;
 """
 RUNNING = """
 SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,
-       job_name
+       job_name, traceparent
   FROM jobs WHERE status = 'running'
 """
 
@@ -352,20 +352,7 @@ async def explain(admin_url: str, batch: int) -> str:
             ]  # fmt: skip
             claim_plan = await _explain(conn, queries.CLAIM_JOBS, claim_args)
             await conn.execute("SET auto_explain.log_min_duration = -1")
-            held = [
-                Claimed(
-                    job_id=r["id"],
-                    tenant_id=r["tenant_id"],
-                    attempt=r["attempts"],
-                    run_token=r["run_token"],
-                    provider=r["provider"],
-                    spec=AttemptSpec.from_payload(r["payload"]),
-                    max_attempts=r["max_attempts"],
-                    counted_attempts=r["attempts"] - r["uncounted_attempts"],
-                    job_name=r["job_name"],
-                )
-                for r in await conn.fetch(RUNNING)
-            ]
+            held = [claims.claimed(r) for r in await conn.fetch(RUNNING)]
             args = attempts.succeed_args(successes(held), None)
             succeed_plan = await _explain(conn, queries.SUCCEED_ATTEMPTS, args)
     finally:

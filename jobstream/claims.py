@@ -160,18 +160,20 @@ async def _claim_once(
             raise _TenantsFull([job["tenant_id"] for job in jobs])
         # After the commit: their attempts' logs opened (queries.NOTIFY_EVENTS says why).
         await events.announce(conn, [(job["id"], job["last_seq"]) for job in jobs])
-    return [
-        Claimed(
-            job_id=job["id"],
-            tenant_id=job["tenant_id"],
-            attempt=job["attempts"],
-            run_token=job["run_token"],
-            provider=job["provider"],
-            spec=AttemptSpec.from_payload(job["payload"]),
-            max_attempts=job["max_attempts"],
-            counted_attempts=job["attempts"] - job["uncounted_attempts"],
-            job_name=job["job_name"],
-            traceparent=job["traceparent"],
-        )
-        for job in jobs
-    ]
+    return [claimed(job) for job in jobs]
+
+
+def claimed(job: asyncpg.Record) -> Claimed:
+    """A claimed job as the worker holds it, from its row as claim_jobs returns it."""
+    return Claimed(
+        job_id=job["id"],
+        tenant_id=job["tenant_id"],
+        attempt=job["attempts"],
+        run_token=job["run_token"],
+        provider=job["provider"],
+        spec=AttemptSpec.from_payload(job["payload"]),
+        max_attempts=job["max_attempts"],
+        counted_attempts=job["attempts"] - job["uncounted_attempts"],
+        job_name=job["job_name"],
+        traceparent=job["traceparent"],
+    )
