@@ -120,6 +120,9 @@ class Counts:
     def __add__(self, other: Counts) -> Counts:
         return Counts(self.records + other.records, self.fpi + other.fpi, self.bytes + other.bytes)
 
+    def __sub__(self, other: Counts) -> Counts:
+        return Counts(self.records - other.records, self.fpi - other.fpi, self.bytes - other.bytes)
+
 
 @dataclass
 class Sample:
@@ -158,11 +161,7 @@ class Sample:
     def agrees(self) -> bool:
         """Do the records found add up to the backend's own counts? No when another process
         (autovacuum, a checkpoint's end) wrote between the two readings."""
-        return (self.records, self.fpi, self.bytes) == (
-            self.backend.records,
-            self.backend.fpi,
-            self.backend.bytes,
-        )
+        return Counts(self.records, self.fpi, self.bytes) == self.backend
 
     def add(self, other: Sample) -> None:
         self.jobs += other.jobs
@@ -173,14 +172,10 @@ class Sample:
             self.tables[name] = self.tables.get(name, Rows()) + rows
 
     @classmethod
-    def total(cls, samples: Iterable[Sample], jobs: int | None = None) -> Sample:
-        """The sum of `samples`; `jobs`, when given, instead of the sum of theirs (stages of
-        one job's life each count the same jobs)."""
+    def total(cls, samples: Iterable[Sample]) -> Sample:
         whole = cls()
         for sample in samples:
             whole.add(sample)
-        if jobs is not None:
-            whole.jobs = jobs
         return whole
 
 
@@ -204,13 +199,10 @@ class Meter:
     async def close(self) -> None:
         await self._observer.close()
 
-    async def measure(
-        self, jobs: int, work: Callable[[], Awaitable[object]], *, checkpoint: bool = True
-    ) -> Sample:
-        """Run `work` (on the pool) and return what it wrote. `checkpoint`: a CHECKPOINT first,
-        so that every batch pays for the full-page images of the pages it touches first."""
-        if checkpoint:
-            await self._observer.execute("CHECKPOINT")
+    async def measure(self, jobs: int, work: Callable[[], Awaitable[object]]) -> Sample:
+        """Run `work` (on the pool) and return what it wrote. A CHECKPOINT first, so that
+        every batch pays for the full-page images of the pages it touches first."""
+        await self._observer.execute("CHECKPOINT")
         await self._flush()
         # The LSN last before and first after: the observer's own reads of the catalogs may
         # write (hint bits after a checkpoint, in full pages), and must land outside the range.
@@ -237,17 +229,12 @@ class Meter:
                     types=Counter({f"{r['rmgr']} {r['record_type']}": r["records"]}),
                 )
             )
-        backend = Counts(
-            counts_after.records - counts.records,
-            counts_after.fpi - counts.fpi,
-            counts_after.bytes - counts.bytes,
-        )
         changed = {
             name: delta
             for name, after in tables_after.items()
             if (delta := after - tables.get(name, Rows())) != Rows()
         }
-        return Sample(jobs, places, backend, changed)
+        return Sample(jobs, places, counts_after - counts, changed)
 
     async def _flush(self) -> None:
         # Flushed when the backend next goes idle: right after this statement.
