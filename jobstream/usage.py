@@ -45,7 +45,7 @@ class Usage:
 
 
 def summed(parts: Sequence[Usage]) -> Usage:
-    """The usage of several calls (an attempt's, a step's) as one."""
+    """The usage of several calls (an attempt's, a step's) as one; of none, a known zero."""
     if len(parts) == 1:
         return parts[0]
     models = {name for part in parts for name in (part.model or "").split(", ") if name}

@@ -33,7 +33,7 @@ from pydantic_core import to_jsonable_python
 from jobstream import tracing
 from jobstream.claims import Claimed
 from jobstream.sql import queries
-from jobstream.usage import Usage, summed
+from jobstream.usage import summed
 from jobstream.worker.inbox import Inbox, LeaseLost
 from jobstream.worker.job_writes import JobWrites
 from jobstream.worker.journal_writes import Journal, Journals, ids_of, journal, journal_many
@@ -171,7 +171,7 @@ class Steps:
         again, as a crash just before the step ended would. A refused journal (the attempt lost
         its job) stops the attempt; after the attempt's end (which is fenced itself) one is
         refused, and changes nothing."""
-        entry = journal(self._ids, run.key, result, run.output, _sum(run.usages))
+        entry = journal(self._ids, run.key, result, run.output, summed(run.usages))
         if self._journals is not None:
             landing = self._journals.write(entry)  # a future: no task of its own
         else:
@@ -235,10 +235,3 @@ def _return_type(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
     if returns in (None, type(None), Any):
         return None
     return returns
-
-
-_NOTHING = Usage()  # a step that made no call
-
-
-def _sum(usages: list[Usage]) -> Usage:
-    return summed(usages) if usages else _NOTHING
