@@ -35,7 +35,7 @@ SELECT provider,
 -- name: METRICS_LIVE
 -- The jobs not finished, by status: how many, the events in their logs so far (what the counted
 -- events of finished logs lack), and how long the oldest runnable one has waited. One partial
--- index per status (jobs_runnable_idx, jobs_leased_idx): the cost follows the backlog and the
+-- index per status (jobs_runnable_idx, jobs_active_tenant_idx): the cost follows the backlog and the
 -- running jobs, never the history.
 SELECT 'queued' AS status, count(*) AS n, coalesce(sum(last_seq), 0)::bigint AS events,
        coalesce(extract(epoch FROM clock_timestamp()
