@@ -4,7 +4,7 @@
 -- version and then the routines at the end of this file (jobstream/migrations.py,
 -- docs/architecture.md). Change a table in both: a test checks that the migrations lead to
 -- exactly this schema.
--- schema-version: 20
+-- schema-version: 21
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -245,6 +245,17 @@ CREATE TABLE IF NOT EXISTS job_events (
                  ('status', 'reset', 'token', 'progress', 'usage', 'attempt_error', 'done')),
     data       jsonb NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now(),
+    -- Events written by one statement for one job share a row (schema version 21): `type` and
+    -- `data` are the last of them, at `seq`, and `earlier` the ones before it, oldest first, as
+    -- `[type, data]` pairs at the seqs just before (an array of n covers seq - n .. seq - 1).
+    -- NULL for a row of one event, which is what every token append writes. An attempt's start
+    -- (`reset`, `status`) and its success (`usage`, `done`) are a row each instead of two: one
+    -- heap tuple and one key entry fewer per event, 4 of a no-op job's WAL records. Only the
+    -- events nothing reads by type go in `earlier`: never a `token` (ATTEMPT_TEXT and the
+    -- compaction read those rows) nor a `progress` (LAST_PROGRESS). Readers see every event
+    -- apart: job_log expands the rows, and the streams' reads (EVENTS_AFTER) return them whole
+    -- for jobstream/events.py to expand.
+    earlier    jsonb,
     PRIMARY KEY (job_id, seq)
 );
 
@@ -426,7 +437,7 @@ CREATE TYPE claimed_job AS (
     traceparent        text
 );
 
-INSERT INTO schema_version (version) VALUES (20) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (21) ON CONFLICT (version) DO NOTHING;
 
 -- routines: every function, aggregate and view. A fresh database runs this file whole; after
 -- migrations, jobstream/migrations.py runs again what follows this line (every statement is
@@ -468,22 +479,40 @@ WITH RECURSIVE queues AS (
 )
 SELECT tenant_id, provider, job_name, priority FROM queues;
 
--- A job's log as readers see it (EVENTS_AFTER, EVENTS_AFTER_MANY). A log opens with the job's
--- `queued` status at seq 1, and for a job INSERT_JOBS made that event has no row: it is the same
--- for every job and is read from the job. Its row was a heap tuple and a key entry beside the
--- job's for every create: 5-13 % of the backend's CPU for a batch of 1,000 (3-9 ms of 54-75).
--- It is given while the stored log starts at seq 2 or is empty: a log that stores its seq 1
--- (made before schema version 7, or an operator's retry, whose `queued` names the dead job) is
--- read as stored, and one whose head was deleted still starts past the gap, so its readers are
--- told to resync. With the seq bounded past 1 (every read but the first of a stream),
--- PostgreSQL drops the second branch at plan time.
-CREATE OR REPLACE VIEW job_log AS
-SELECT job_id, seq, attempt, type, data, created_at
+-- A job's log as stored (EVENTS_AFTER, EVENTS_AFTER_MANY): its rows, each of one event or of
+-- several (job_events.earlier), in seq order. A log opens with the job's `queued` status at seq
+-- 1, and for a job INSERT_JOBS made that event has no row: it is the same for every job and is
+-- read from the job. Its row was a heap tuple and a key entry beside the job's for every create:
+-- 5-13 % of the backend's CPU for a batch of 1,000 (3-9 ms of 54-75). It is given while the
+-- stored log starts at seq 2 or is empty: a log that stores its seq 1 (made before schema
+-- version 7, or an operator's retry, whose `queued` names the dead job) is read as stored, and
+-- one whose head was deleted still starts past the gap, so its readers are told to resync.
+-- With the seq bounded past 1 (every read but the first of a stream), PostgreSQL drops the
+-- second branch at plan time.
+CREATE OR REPLACE VIEW job_log_rows AS
+SELECT job_id, seq, attempt, type, data, created_at, earlier
   FROM job_events
  UNION ALL
-SELECT j.id, 1::bigint, 0, 'status'::text, '{"status": "queued"}'::jsonb, j.created_at
+SELECT j.id, 1::bigint, 0, 'status'::text, '{"status": "queued"}'::jsonb, j.created_at,
+       NULL::jsonb
   FROM jobs j
- WHERE coalesce((SELECT min(e.seq) FROM job_events e WHERE e.job_id = j.id), 2) = 2;
+ WHERE coalesce((SELECT e.seq - coalesce(jsonb_array_length(e.earlier), 0)
+                   FROM job_events e
+                  WHERE e.job_id = j.id
+                  ORDER BY e.seq
+                  LIMIT 1), 2) = 2;
+
+-- A job's log as readers see it, an event a row: job_log_rows with each row's `earlier` events
+-- at their own seqs (the operator's timeline, and whoever reads a whole log in SQL).
+CREATE OR REPLACE VIEW job_log AS
+SELECT r.job_id, x.seq, r.attempt, x.type, x.data, r.created_at
+  FROM job_log_rows r
+ CROSS JOIN LATERAL (
+       SELECT r.seq - jsonb_array_length(r.earlier) + e.k - 1 AS seq, e.item->>0 AS type,
+              e.item->1 AS data
+         FROM jsonb_array_elements(r.earlier) WITH ORDINALITY AS e (item, k)
+        UNION ALL
+       SELECT r.seq, r.type, r.data) x;
 
 -- Histograms: arrays of cumulative counts, one per bound of DURATION_BUCKETS (jobstream/types.py,
 -- whose test reads these two functions). Both are one plain expression, so PostgreSQL inlines
@@ -856,17 +885,19 @@ BEGIN
                    provider, payload->>'model'
               FROM claimed
         ), opened AS (
-            INSERT INTO job_events (job_id, seq, attempt, type, data)
-            SELECT id, last_seq - 1, attempts, 'reset',
-                   jsonb_build_object(
-                       'attempt', attempts,
-                       'reason', CASE WHEN attempts = 1 THEN 'first attempt'
-                                      ELSE 'retry after ' || coalesce(previous_error->>'class',
-                                                                      'an interrupted attempt')
-                                 END)
+            -- The attempt's `reset` and `status` events, one row (job_events.earlier).
+            INSERT INTO job_events (job_id, seq, attempt, type, data, earlier)
+            SELECT id, last_seq, attempts, 'status', '{"status": "running"}'::jsonb,
+                   jsonb_build_array(jsonb_build_array(
+                       'reset',
+                       jsonb_build_object(
+                           'attempt', attempts,
+                           'reason', CASE WHEN attempts = 1 THEN 'first attempt'
+                                          ELSE 'retry after '
+                                               || coalesce(previous_error->>'class',
+                                                           'an interrupted attempt')
+                                     END)))
               FROM claimed
-            UNION ALL
-            SELECT id, last_seq, attempts, 'status', '{"status": "running"}'::jsonb FROM claimed
         ), counted AS (
             INSERT INTO metric_totals AS m (backend, provider, attempts_started, retries,
                                             queue_wait_counts, queue_wait_s)

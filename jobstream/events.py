@@ -115,11 +115,32 @@ async def announce(conn: Queryable, grown: Sequence[tuple[uuid.UUID, int]]) -> N
         log.warning("notify_lost", jobs=len(grown), error=str(exc) or type(exc).__name__)
 
 
+def expand(rows: Sequence[asyncpg.Record], after: int, limit: int) -> list[Event]:
+    """The events of the log's rows (EVENTS_AFTER) after seq `after`, at most `limit`.
+
+    A row of several events (schema.sql, job_events.earlier) holds its last at its seq and the
+    ones before it in `earlier`. `limit` rows may hold more than `limit` events: the page is cut
+    there, so that a full page still means "read on", and the next read, after the page's last
+    seq, finds the rest of a cut row again (its last seq is past that cursor).
+    """
+    page: list[Event] = []
+    for row in rows:
+        earlier = row["earlier"]
+        if earlier is not None:
+            seq = row["seq"] - len(earlier)
+            for kind, data in earlier:
+                if seq > after:
+                    page.append(Event(seq, kind, row["attempt"], data, row["created_at"]))
+                seq += 1
+        page.append(Event.from_row(row))
+    return page[:limit] if len(page) > limit else page
+
+
 async def read_after(
     conn: Queryable, job_id: uuid.UUID, after: int, limit: int = READ_LIMIT
 ) -> list[Event]:
     rows = await conn.fetch(queries.EVENTS_AFTER, job_id, after, limit)
-    return [Event.from_row(r) for r in rows]
+    return expand(rows, after, limit)
 
 
 async def read_after_many(
@@ -127,10 +148,10 @@ async def read_after_many(
 ) -> dict[uuid.UUID, list[Event]]:
     """read_after for each job of `after` (job id -> seq read up to), in one statement."""
     rows = await conn.fetch(queries.EVENTS_AFTER_MANY, list(after), list(after.values()), limit)
-    pages: dict[uuid.UUID, list[Event]] = {}
+    by_job: dict[uuid.UUID, list[asyncpg.Record]] = {}
     for r in rows:
-        pages.setdefault(r["job_id"], []).append(Event.from_row(r))
-    return pages
+        by_job.setdefault(r["job_id"], []).append(r)
+    return {job_id: expand(page, after[job_id], limit) for job_id, page in by_job.items()}
 
 
 async def attempt_text(conn: Queryable, job_id: uuid.UUID, attempt: int) -> str:

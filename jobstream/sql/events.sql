@@ -46,21 +46,24 @@ SELECT count(pg_notify('jobstream_events', p.items))
          GROUP BY (n.k - 1) / 100) p
 
 -- name: EVENTS_AFTER
--- From job_log, not job_events: a new job's seq 1 has no row (schema.sql says why).
-SELECT seq, type, attempt, data, created_at
-  FROM job_log
+-- From job_log_rows, not job_events: a new job's seq 1 has no row (schema.sql says why). Rows,
+-- not events: a row of several events (job_events.earlier) is read whole when its last one is
+-- after $2, and jobstream/events.py expands it and drops those at or before $2. Rows ordered
+-- by seq are events ordered by seq, and the read stays a range of the log's key.
+SELECT seq, type, attempt, data, created_at, earlier
+  FROM job_log_rows
  WHERE job_id = $1 AND seq > $2
  ORDER BY seq
  LIMIT $3
 
 -- name: EVENTS_AFTER_MANY
 -- EVENTS_AFTER for many jobs at once: the hub's one read per wake-up for every job it follows
--- that has news ($1 job ids, $2 the seq each has been read up to, at most $3 events a job).
-SELECT c.job_id, e.seq, e.type, e.attempt, e.data, e.created_at
+-- that has news ($1 job ids, $2 the seq each has been read up to, at most $3 rows a job).
+SELECT c.job_id, e.seq, e.type, e.attempt, e.data, e.created_at, e.earlier
   FROM unnest($1::uuid[], $2::bigint[]) AS c(job_id, after)
  CROSS JOIN LATERAL (
-       SELECT seq, type, attempt, data, created_at
-         FROM job_log
+       SELECT seq, type, attempt, data, created_at, earlier
+         FROM job_log_rows
         WHERE job_id = c.job_id AND seq > c.after
         ORDER BY seq
         LIMIT $3) AS e

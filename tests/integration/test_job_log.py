@@ -28,13 +28,44 @@ async def test_a_new_jobs_log_reads_its_queued_event_from_the_job(pool: asyncpg.
         pool, providers=["simulated"], worker_id="w", lease_s=60, clock=DatabaseClock()
     )
     assert claimed is not None and claimed.job_id == job_id
-    stored = await _stored(pool, job_id)
-    assert stored[0] == 2  # the claim's events; seq 1 still has no row
+    # The claim's `reset` (seq 2) and `status` (seq 3) are one row; seq 1 still has no row.
+    assert await _stored(pool, job_id) == [3]
     log = await events.read_after(pool, job_id, 0)
-    assert [e.seq for e in log] == [1, *stored]
+    assert [(e.seq, e.type) for e in log] == [(1, "status"), (2, "reset"), (3, "status")]
     assert log[0].data == {"status": "queued"} and log[-1].data == {"status": "running"}
+    assert log[1].data == {"attempt": 1, "reason": "first attempt"} and log[1].attempt == 1
     many = await events.read_after_many(pool, {job_id: 0})
-    assert [e.seq for e in many[job_id]] == [1, *stored]
+    assert many[job_id] == log
+    in_sql = await pool.fetch(
+        "SELECT seq, type FROM job_log WHERE job_id = $1 ORDER BY seq", job_id
+    )
+    assert [(r["seq"], r["type"]) for r in in_sql] == [(e.seq, e.type) for e in log]
+
+
+async def test_a_row_of_several_events_reads_as_its_events_from_any_cursor(
+    pool: asyncpg.Pool,
+) -> None:
+    job_id = await create_job(pool)
+    # seq 2 a token; seqs 3-5 one row (`earlier` holds 3 and 4); seq 6 a token.
+    await pool.execute(
+        "INSERT INTO job_events (job_id, seq, attempt, type, data, earlier) VALUES"
+        " ($1, 2, 1, 'token', '{\"text\": \"a\"}', NULL),"
+        ' ($1, 5, 1, \'status\', \'{"n": 5}\', \'[["reset", {"n": 3}], ["usage", {"n": 4}]]\'),'
+        " ($1, 6, 1, 'token', '{\"text\": \"b\"}', NULL)",
+        job_id,
+    )
+    every = [(1, "status"), (2, "token"), (3, "reset"), (4, "usage"), (5, "status"), (6, "token")]
+    for after in range(7):
+        log = await events.read_after(pool, job_id, after)
+        assert [(e.seq, e.type) for e in log] == every[after:]
+        assert await events.read_after_many(pool, {job_id: after}) == ({job_id: log} if log else {})
+    assert [e.data for e in await events.read_after(pool, job_id, 2)][:2] == [{"n": 3}, {"n": 4}]
+    # Pages of two events: a full page means "read on", also when it ends inside a row.
+    cursor, pages = 0, []
+    while page := await events.read_after(pool, job_id, cursor, limit=2):
+        pages.append([e.seq for e in page])
+        cursor = page[-1].seq
+    assert pages == [[1, 2], [3, 4], [5, 6]]
 
 
 async def test_a_stored_seq_1_is_read_as_stored_and_once(pool: asyncpg.Pool) -> None:

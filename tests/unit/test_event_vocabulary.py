@@ -22,7 +22,8 @@ SENT = STORED | {"resync"}
 
 def written_by_the_product() -> set[str]:
     """The types appended from Python (`NewEvent("type", ...)`) and the literal types of the
-    statements that insert events themselves (`SELECT id, seq, attempt, 'type', data`)."""
+    statements that insert events themselves (`SELECT id, seq, attempt, 'type', data`), those
+    of a row's earlier events too (`jsonb_build_array('type', data)`: job_events.earlier)."""
     python = {
         kind
         for directory in ("jobstream", "server", "worker")
@@ -35,7 +36,10 @@ def written_by_the_product() -> set[str]:
         kind
         for block in inserting
         if "INSERT INTO job_events" in block
-        for kind in re.findall(r"^\s*SELECT [^'\n]*, '(\w+)',", block, re.MULTILINE)
+        for kind in [
+            *re.findall(r"^\s*SELECT [^'\n]*, '(\w+)',", block, re.MULTILINE),
+            *re.findall(r"jsonb_build_array\(\s*'(\w+)',", block),
+        ]
     }
     return python | sql
 
