@@ -4,7 +4,7 @@
 -- version and then the routines at the end of this file (jobstream/migrations.py,
 -- docs/architecture.md). Change a table in both: a test checks that the migrations lead to
 -- exactly this schema.
--- schema-version: 21
+-- schema-version: 22
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -143,12 +143,13 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_runnable_idx
     ON jobs (tenant_id, provider, job_name, priority, run_after, created_at)
     WHERE status = 'queued';
--- The running jobs: a tenant's (its running limit), the fleet's slots, and the leases that may
--- have expired (the reaper reads them all and keeps those past their lease: as many rows as the
--- fleet has slots, never the backlog). No index holds lease_until, so a lease renewal is a HOT
--- update when the row's page has room: until schema version 20 jobs_leased_idx (lease_until)
--- made every renewal write three index entries, and every claim one more: a renewal of 16
--- jobs 5.56 WAL records a job (docs/benchmarks.md, "WAL per job").
+-- The running jobs: a tenant's (its running limit), a provider's (its limit: the attempts under
+-- way, schema version 22), the fleet's slots, and the leases that may have expired (the reaper
+-- reads them all and keeps those past their lease: as many rows as the fleet has slots, never
+-- the backlog). No index holds lease_until, so a lease renewal is a HOT update when the row's
+-- page has room: until schema version 20 jobs_leased_idx (lease_until) made every renewal write
+-- three index entries, and every claim one more: a renewal of 16 jobs 5.56 WAL records a job
+-- (docs/benchmarks.md, "WAL per job").
 CREATE INDEX IF NOT EXISTS jobs_active_tenant_idx ON jobs (tenant_id)
     WHERE status IN ('running', 'cancelling');
 -- The janitor's work, oldest first (worker/janitor.py): finished jobs not settled yet (an entry is
@@ -224,12 +225,14 @@ CREATE TABLE IF NOT EXISTS job_attempts (
     PRIMARY KEY (job_id, attempt)
 );
 
-CREATE INDEX IF NOT EXISTS job_attempts_running_idx ON job_attempts (provider)
-    WHERE outcome = 'running';
+-- The attempts under way are those of the running jobs (a job is running or cancelling exactly
+-- while its current attempt's outcome is `running`: the claim and every end write both in one
+-- statement), read through jobs_active_tenant_idx. Until schema version 22 an index of their
+-- own (job_attempts_running_idx, provider) cost every claim an entry.
 -- Attempts by when they ended: the janitor's fold of each minute's spend (attempt_minutes).
 -- Partial, so a claim (which inserts a running attempt) adds no entry; an attempt's end already
--- rewrites its row's index entries (its outcome is in the predicate above) and adds one here,
--- on the right-hand page.
+-- rewrites its row's index entries (its finished_at is in this index) and adds one here, on
+-- the right-hand page.
 CREATE INDEX IF NOT EXISTS job_attempts_finished_idx ON job_attempts (finished_at)
     WHERE finished_at IS NOT NULL;
 
@@ -437,7 +440,7 @@ CREATE TYPE claimed_job AS (
     traceparent        text
 );
 
-INSERT INTO schema_version (version) VALUES (21) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (22) ON CONFLICT (version) DO NOTHING;
 
 -- routines: every function, aggregate and view. A fresh database runs this file whole; after
 -- migrations, jobstream/migrations.py runs again what follows this line (every statement is
@@ -778,9 +781,10 @@ BEGIN
                                                WHERE tenant_id IS NOT NULL) active) a)
                    END AS running_limit
         ), busy AS (
+            -- The attempts under way: the running jobs' (jobs_active_tenant_idx).
             SELECT provider, count(*) AS n
-              FROM job_attempts
-             WHERE outcome = 'running' AND provider = ANY(locked_providers)
+              FROM jobs
+             WHERE status IN ('running', 'cancelling') AND provider = ANY(locked_providers)
              GROUP BY provider
         ), with_room AS (
             SELECT u.provider, $8::int AS room

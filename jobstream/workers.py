@@ -108,7 +108,7 @@ class WorkerView:
 
 async def fleet(conn: Queryable, clock: Clock, *, stale_after_s: float) -> list[WorkerView]:
     """Every worker row the janitor keeps, newest first, each with the attempts it runs: two
-    reads, the workers and the attempts under way (job_attempts_running_idx), whatever the
+    reads, the workers and the attempts under way (the running jobs' index), whatever the
     history. An attempt whose worker has no row (pruned, or deleted by hand) is not shown."""
     rows = await conn.fetch(queries.ADMIN_WORKERS, stale_after_s, clock.now())
     running: dict[str, list[RunningAttempt]] = {}

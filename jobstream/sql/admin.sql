@@ -27,10 +27,11 @@ SELECT job_name, tenant_id, status, count(*), 0
  GROUP BY job_name, tenant_id, status
 
 -- name: ADMIN_PROVIDERS
--- Each provider's attempts under way (job_attempts_running_idx) and its 429 pause.
+-- Each provider's attempts under way (the running jobs': jobs_active_tenant_idx) and its 429
+-- pause.
 SELECT coalesce(r.provider, p.provider) AS provider, coalesce(r.n, 0)::int AS in_use,
        p.paused_until
-  FROM (SELECT provider, count(*) AS n FROM job_attempts WHERE outcome = 'running'
+  FROM (SELECT provider, count(*) AS n FROM jobs WHERE status IN ('running', 'cancelling')
          GROUP BY provider) r
   FULL JOIN provider_state p ON p.provider = r.provider
 
@@ -153,9 +154,10 @@ SELECT id, host, pid, version, job_names, slots, started_at, heartbeat_at, stopp
  ORDER BY started_at DESC, id
 
 -- name: ADMIN_RUNNING_ATTEMPTS
--- The attempts under way, each with its worker (job_attempts_running_idx: as many as run).
+-- The attempts under way, each with its worker: the running jobs' (jobs_active_tenant_idx: as
+-- many as run), each current attempt's row by its key.
 SELECT a.worker_id, a.job_id, a.attempt, j.job_name
-  FROM job_attempts a
-  JOIN jobs j ON j.id = a.job_id
- WHERE a.outcome = 'running'
+  FROM jobs j
+  JOIN job_attempts a ON a.job_id = j.id AND a.attempt = j.attempts
+ WHERE j.status IN ('running', 'cancelling')
  ORDER BY a.started_at

@@ -3,8 +3,8 @@
 
 -- name: ESTIMATE_INPUTS
 -- Per provider: the attempts that ended and their run time in all (metric_totals, the scrape's
--- counters: a few hundred rows whatever the history), the attempts running now
--- (job_attempts_running_idx), and the jobs runnable now ($1: now), counted through
+-- counters: a few hundred rows whatever the history), the attempts running now (the running
+-- jobs': jobs_active_tenant_idx), and the jobs runnable now ($1: now), counted through
 -- jobs_runnable_idx up to $2 of them, so that a backlog of millions costs what $2 costs (past
 -- it the count, and the wait the server derives from it, is a floor).
 WITH ended AS (
@@ -16,8 +16,8 @@ WITH ended AS (
      GROUP BY provider
 ), running AS (
     SELECT provider, count(*) AS running
-      FROM job_attempts
-     WHERE outcome = 'running'
+      FROM jobs
+     WHERE status IN ('running', 'cancelling')
      GROUP BY provider
 ), queued AS (
     SELECT provider, count(*) AS queued

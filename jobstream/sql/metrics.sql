@@ -50,8 +50,9 @@ SELECT status, count(*), coalesce(sum(last_seq), 0)::bigint, 0
  GROUP BY status
 
 -- name: METRICS_ATTEMPTS_RUNNING
--- Attempts under way, per provider (job_attempts_running_idx): what a provider limit caps.
-SELECT provider, count(*) AS n FROM job_attempts WHERE outcome = 'running' GROUP BY provider
+-- Attempts under way, per provider (the running jobs': jobs_active_tenant_idx): what a provider
+-- limit caps.
+SELECT provider, count(*) AS n FROM jobs WHERE status IN ('running', 'cancelling') GROUP BY provider
 
 -- name: METRICS_PROVIDER_PAUSES
 -- Seconds each provider stays paused after a 429 (0 once the pause is over).
