@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 
-from jobstream import db, migrations
+from jobstream import attempts, claims, db, events, migrations
+from jobstream.attempts import Success
+from jobstream.clock import DatabaseClock
+from jobstream.jobspec import JobSpec
 from jobstream.sql import queries
+from jobstream.usage import Usage
 from tests.support import database
 from tests.support.polling import eventually
 
@@ -50,6 +55,15 @@ async def empty_url(admin_url: str) -> AsyncIterator[str]:
     url = await database.create_empty_database(admin_url)
     yield url
     await database.drop_test_database(admin_url, url)
+
+
+CLOCK = DatabaseClock()
+# A running job's row as claim_jobs returns it (claims.claimed reads it).
+RUNNING = """
+SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,
+       job_name, traceparent
+  FROM jobs WHERE status = 'running'
+"""
 
 
 async def catalog(conn: db.Conn) -> list[tuple[str, str, str]]:
@@ -182,3 +196,72 @@ async def test_a_database_newer_than_the_code_is_refused(pool: asyncpg.Pool) -> 
     async with pool.acquire() as conn:
         with pytest.raises(migrations.SchemaTooNew, match="999"):
             await migrations.apply_schema(conn)
+
+
+# A job of each kind at the upgrade, as version 19's create and claim left them: one queued, one
+# running (its attempt running, its log's `reset` and `status` a row each: before version 21).
+AT_VERSION_19 = """
+WITH made AS (
+    INSERT INTO jobs (id, tenant_id, request_hash, provider, payload, max_attempts, status,
+                      attempts, run_token, lease_until, worker_id, started_at, last_seq)
+    VALUES ($1, 'default', '', 'simulated', $3, 1, 'running', 1, $4,
+            now() + interval '1 minute', 'w', now(), 3),
+           ($2, 'default', '', 'simulated', $3, 1, 'queued', 0, NULL, NULL, NULL, NULL, 1)
+    RETURNING id, tenant_id, created_at
+), listed AS (
+    INSERT INTO tenant_jobs (tenant_id, created_at, job_id)
+    SELECT tenant_id, created_at, id FROM made
+), attempt AS (
+    INSERT INTO job_attempts (job_id, attempt, run_token, worker_id, started_at, provider)
+    VALUES ($1, 1, $4, 'w', now(), 'simulated')
+)
+INSERT INTO job_events (job_id, seq, attempt, type, data)
+VALUES ($1, 2, 1, 'reset', '{"attempt": 1, "reason": "first attempt"}'),
+       ($1, 3, 1, 'status', '{"status": "running"}')
+"""
+
+
+async def test_an_upgrade_from_version_19_under_way_loses_nothing(empty_url: str) -> None:
+    # The tables of version 19 (its migrations; this code's routines need version 21's
+    # columns), a job running and one queued; then the upgrade, and this version's worker
+    # statements finish both.
+    old = await db.connect(empty_url)
+    running, queued, token = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    spec = JobSpec(prompt="under way", provider="simulated")
+    try:
+        for migration in migrations.migrations():
+            text = migration.path.read_text()
+            if migration.version <= 19:
+                if migrations.has_statements(text):
+                    await old.execute(text)
+                await old.execute(queries.RECORD_SCHEMA_VERSION, migration.version)
+        await old.execute(AT_VERSION_19, running, queued, spec.payload(), token)
+        assert await migrations.apply_schema(old) == migrations.migrations()[-1].version
+    finally:
+        await old.close()
+
+    pool = await db.create_pool(empty_url, min_size=1, max_size=2)
+    try:
+        row = await pool.fetchrow(f"{RUNNING} AND id = $1", running)
+        assert row is not None
+        # The attempt claimed before the upgrade ends under its own run token...
+        held = [claims.claimed(row)]
+        usage = Usage(input_tokens=1, output_tokens=1)
+        assert await attempts.accept_many(pool, [Success(held[0], "a", usage, "a")], CLOCK) == {0}
+        # ... and the job queued before it is claimed and ends as any other.
+        [claimed] = await claims.claim_batch(
+            pool, providers=["simulated"], worker_id="w2", lease_s=30, clock=CLOCK, max_jobs=8
+        )
+        assert claimed.job_id == queued
+        assert await attempts.accept_many(pool, [Success(claimed, "b", usage, "b")], CLOCK) == {0}
+        for job_id in (running, queued):
+            log = await events.read_after(pool, job_id, 0)
+            last_seq = await pool.fetchval("SELECT last_seq FROM jobs WHERE id = $1", job_id)
+            assert [e.seq for e in log] == list(range(1, last_seq + 1))
+            assert [e.type for e in log] == ["status", "reset", "status", "token", "usage", "done"]
+            assert await events.read_after(pool, job_id, 2) == log[2:]
+        outcomes = await pool.fetch("SELECT outcome FROM job_attempts ORDER BY started_at")
+        assert [r["outcome"] for r in outcomes] == ["succeeded", "succeeded"]
+        assert await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'succeeded'") == 2
+    finally:
+        await pool.close()
