@@ -149,7 +149,7 @@ CREATE INDEX IF NOT EXISTS jobs_runnable_idx
 -- the backlog). No index holds lease_until, so a lease renewal is a HOT update when the row's
 -- page has room: until schema version 20 jobs_leased_idx (lease_until) made every renewal write
 -- three index entries, and every claim one more: a renewal of 16 jobs 5.56 WAL records a job
--- (docs/benchmarks.md, "WAL per job").
+-- (docs/benchmarks.md, "WAL per job at schema 22").
 CREATE INDEX IF NOT EXISTS jobs_active_tenant_idx ON jobs (tenant_id)
     WHERE status IN ('running', 'cancelling');
 -- The janitor's work, oldest first (worker/janitor.py): finished jobs not settled yet (an entry is
@@ -252,12 +252,13 @@ CREATE TABLE IF NOT EXISTS job_events (
     -- `data` are the last of them, at `seq`, and `earlier` the ones before it, oldest first, as
     -- `[type, data]` pairs at the seqs just before (an array of n covers seq - n .. seq - 1).
     -- NULL for a row of one event, which is what every token append writes. An attempt's start
-    -- (`reset`, `status`) and its success (`usage`, `done`) are a row each instead of two: one
-    -- heap tuple and one key entry fewer per event, 4 of a no-op job's WAL records. Only the
-    -- events nothing reads by type go in `earlier`: never a `token` (ATTEMPT_TEXT and the
-    -- compaction read those rows) nor a `progress` (LAST_PROGRESS). Readers see every event
-    -- apart: job_log expands the rows, and the streams' reads (EVENTS_AFTER) return them whole
-    -- for jobstream/events.py to expand.
+    -- (`reset`, `status`) and its success (the last chunk if any, `usage`, `done`) are a row
+    -- each instead of two or three: one heap tuple and one key entry fewer per event, 6 of a
+    -- no-op job's WAL records. Never a `progress` (LAST_PROGRESS reads those rows by type);
+    -- a `token` only as the success's last chunk: ATTEMPT_TEXT reads job_log, and the
+    -- compaction folds the token rows before it and leaves the `done` row whole. Readers see
+    -- every event apart: job_log expands the rows, and the streams' reads (EVENTS_AFTER) return
+    -- them whole for jobstream/events.py to expand.
     earlier    jsonb,
     PRIMARY KEY (job_id, seq)
 );

@@ -1,7 +1,7 @@
 -- Version 20 to 21: the events one statement writes for one job share a row.
 -- - job_events.earlier: the events before the row's own, as [type, data] pairs at the seqs just
 --   before its seq (schema.sql says which events go there). The claim writes an attempt's
---   `reset` and `status` as one row, the success `usage` and `done`.
+--   `reset` and `status` as one row, the success its last chunk, `usage` and `done`.
 -- - job_log_rows (a routine, made after this): the log as stored, which the streams' reads
 --   (EVENTS_AFTER) return; job_log expands it.
 -- Safe under load: a nullable column with no default changes the catalog only (no row is

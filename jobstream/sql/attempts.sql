@@ -70,16 +70,15 @@ WITH input AS (
     RETURNING a.provider, a.cost_usd, a.cost_known, done.last_seq, done.charge,
               extract(epoch FROM a.finished_at - a.started_at)::float8 AS run_s
 ), logged AS (
-    -- The last chunk a row of its own (a token always is), then `usage` and `done` in one
-    -- (job_events.earlier).
+    -- The last chunk (if any), `usage` and `done`: one row (job_events.earlier).
     INSERT INTO job_events (job_id, seq, attempt, type, data, earlier)
-    SELECT id, last_seq - 2, attempt, 'token', jsonb_build_object('text', last_chunk), NULL
-      FROM done
-     WHERE last_chunk <> ''
-    UNION ALL
     SELECT id, last_seq, attempt, 'done',
            jsonb_build_object('status', 'succeeded', 'result', result),
-           jsonb_build_array(jsonb_build_array('usage', result->'usage'))
+           CASE WHEN last_chunk <> ''
+                THEN jsonb_build_array(jsonb_build_array('token', jsonb_build_object('text', last_chunk)),
+                                       jsonb_build_array('usage', result->'usage'))
+                ELSE jsonb_build_array(jsonb_build_array('usage', result->'usage'))
+           END
       FROM done
 ), charged AS (
     -- One row per tenant, in tenant order, as every writer of the ledger (ledger.sql).

@@ -63,7 +63,8 @@ SELECT CASE WHEN text_attempt = $2 THEN text_chars ELSE 0 END AS chars,
  WHERE id = $1
 
 -- name: ATTEMPT_TEXT
--- The snapshot: the text the current attempt has produced so far.
+-- The snapshot: the text the current attempt has produced so far. From job_log, which takes the
+-- rows of several events apart: a success's last chunk is in its `done` row (job_events.earlier).
 SELECT coalesce(string_agg(data->>'text', '' ORDER BY seq), '')
-  FROM job_events
+  FROM job_log
  WHERE job_id = $1 AND attempt = $2 AND type = 'token'

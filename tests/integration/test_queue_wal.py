@@ -56,8 +56,8 @@ async def test_a_life_measured_stage_by_stage(own_cluster: str) -> None:
     assert [len(samples[s]) for s in ("create", "claim", "success")] == [1, 2, 2]
     # The rows each stage is known to write, a job: a create inserts the job and its entry in
     # the tenant's list; a claim rewrites the job, opens an attempt and its log's row of two
-    # events (reset, status); a success rewrites both again and appends two rows: the last
-    # chunk, and one of two events (usage, done).
+    # events (reset, status); a success rewrites both again and appends one row of three
+    # events (the last chunk, usage, done).
     jobs = {stage: s.tables["jobs"] for stage, s in stages.items()}
     assert jobs["create"] == Rows(ins=JOBS)
     assert (jobs["claim"].upd, jobs["success"].upd, jobs["settle"].upd) == (JOBS, JOBS, JOBS)
@@ -65,8 +65,8 @@ async def test_a_life_measured_stage_by_stage(own_cluster: str) -> None:
     assert stages["create"].tables["tenant_jobs"].ins == JOBS
     assert stages["claim"].tables["job_attempts"].ins == JOBS
     assert stages["claim"].tables["job_events"].ins == JOBS
-    assert stages["success"].tables["job_events"].ins == 2 * JOBS
-    assert stages["delete"].tables["job_events"].dele == 3 * JOBS
+    assert stages["success"].tables["job_events"].ins == JOBS
+    assert stages["delete"].tables["job_events"].dele == 2 * JOBS
     # Each new row's key lands in job_events_pkey: at least as many index entries.
     assert stages["claim"].places["job_events_pkey"].index_entries >= JOBS
-    assert stages["success"].places["job_events_pkey"].index_entries >= 2 * JOBS
+    assert stages["success"].places["job_events_pkey"].index_entries >= JOBS

@@ -254,12 +254,16 @@ async def test_an_upgrade_from_version_19_under_way_loses_nothing(empty_url: str
         )
         assert claimed.job_id == queued
         assert await attempts.accept_many(pool, [Success(claimed, "b", usage, "b")], CLOCK) == {0}
-        for job_id in (running, queued):
+        for job_id, text in ((running, "a"), (queued, "b")):
             log = await events.read_after(pool, job_id, 0)
             last_seq = await pool.fetchval("SELECT last_seq FROM jobs WHERE id = $1", job_id)
             assert [e.seq for e in log] == list(range(1, last_seq + 1))
             assert [e.type for e in log] == ["status", "reset", "status", "token", "usage", "done"]
             assert await events.read_after(pool, job_id, 2) == log[2:]
+            # The last chunk rode in the success's `done` row (job_events.earlier).
+            assert (
+                log[3].data == {"text": text} and await events.attempt_text(pool, job_id, 1) == text
+            )
         outcomes = await pool.fetch("SELECT outcome FROM job_attempts ORDER BY started_at")
         assert [r["outcome"] for r in outcomes] == ["succeeded", "succeeded"]
         assert await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'succeeded'") == 2
