@@ -63,8 +63,16 @@ SELECT CASE WHEN text_attempt = $2 THEN text_chars ELSE 0 END AS chars,
  WHERE id = $1
 
 -- name: ATTEMPT_TEXT
--- The snapshot: the text the current attempt has produced so far. From job_log, which takes the
--- rows of several events apart: a success's last chunk is in its `done` row (job_events.earlier).
-SELECT coalesce(string_agg(data->>'text', '' ORDER BY seq), '')
-  FROM job_log
- WHERE job_id = $1 AND attempt = $2 AND type = 'token'
+-- The snapshot: the text the current attempt has produced so far, its token rows' and the token
+-- a row of several events may hold (a success's last chunk, in its `done` row:
+-- job_events.earlier). One read of the job's rows; the earlier events are taken apart only
+-- where a row has them (two rows an attempt at most). Through job_log, which takes every row
+-- apart, 5,000 tokens took 3.2 ms instead of 1.1.
+SELECT coalesce(string_agg(
+           CASE WHEN type = 'token' THEN data->>'text'
+                ELSE (SELECT string_agg(x.item->1->>'text', '' ORDER BY x.k)
+                        FROM jsonb_array_elements(earlier) WITH ORDINALITY AS x (item, k)
+                       WHERE x.item->>0 = 'token') END,
+           '' ORDER BY seq), '')
+  FROM job_events
+ WHERE job_id = $1 AND attempt = $2 AND (type = 'token' OR earlier IS NOT NULL)
