@@ -252,10 +252,11 @@ CREATE TABLE IF NOT EXISTS job_events (
     -- `data` are the last of them, at `seq`, and `earlier` the ones before it, oldest first, as
     -- `[type, data]` pairs at the seqs just before (an array of n covers seq - n .. seq - 1).
     -- NULL for a row of one event, which is what every token append writes. An attempt's start
-    -- (`reset`, `status`) and its success (the last chunk if any, `usage`, `done`) are a row
-    -- each instead of two or three: one heap tuple and one key entry fewer per event, 6 of a
-    -- no-op job's WAL records. Never a `progress` (LAST_PROGRESS reads those rows by type);
-    -- a `token` only as the success's last chunk: ATTEMPT_TEXT reads job_log, and the
+    -- (`reset`, `status`), its success (the last chunk if any, `usage`, `done`) and its other
+    -- ends (APPEND_EVENTS: `usage`, `attempt_error`, then `status` or `done`) are a row each
+    -- instead of two or three: one heap tuple and one key entry fewer per event, 6 of a no-op
+    -- job's WAL records. Never a `progress` (LAST_PROGRESS reads those rows by type); a `token`
+    -- only as a success's last chunk: ATTEMPT_TEXT takes a row's earlier events apart, and the
     -- compaction folds the token rows before it and leaves the `done` row whole. Readers see
     -- every event apart: job_log expands the rows, and the streams' reads (EVENTS_AFTER) return
     -- them whole for jobstream/events.py to expand.

@@ -11,17 +11,30 @@
 -- active.
 -- A `done` ends the log: its last_seq then counts as the job's events (metric_totals), and the
 -- scrape stops adding the job's live last_seq (it is no longer queued or running).
+-- Several events (an attempt's failure: its usage, `attempt_error`, then `status` or `done`) are
+-- one row, the last event's, the others in `earlier` (schema.sql, job_events.earlier), unless
+-- one is a `progress` or a `token`, which are rows of their own.
 WITH bumped AS (
     UPDATE jobs
        SET last_seq = last_seq + cardinality($3::text[]), updated_at = clock_timestamp()
      WHERE id = $1
        AND ($2::uuid IS NULL OR (run_token = $2 AND status IN ('running', 'cancelling')))
     RETURNING last_seq, provider
+), input AS (
+    SELECT cardinality($3::text[]) AS n,
+           cardinality($3::text[]) > 1 AND NOT $3::text[] && ARRAY['progress', 'token'] AS one_row
 ), inserted AS (
-    INSERT INTO job_events (job_id, seq, attempt, type, data)
-    SELECT $1, bumped.last_seq - cardinality($3::text[]) + e.ord, $4, e.type, e.data
-      FROM bumped, unnest($3::text[], $5::jsonb[]) WITH ORDINALITY AS e (type, data, ord)
-    RETURNING seq
+    INSERT INTO job_events (job_id, seq, attempt, type, data, earlier)
+    SELECT $1, bumped.last_seq - i.n + e.ord, $4::int, e.type, e.data, NULL::jsonb
+      FROM bumped, input i, unnest($3::text[], $5::jsonb[]) WITH ORDINALITY AS e (type, data, ord)
+     WHERE NOT i.one_row
+    UNION ALL
+    SELECT $1, bumped.last_seq, $4::int, ($3::text[])[i.n], ($5::jsonb[])[i.n],
+           (SELECT jsonb_agg(jsonb_build_array(x.type, x.data) ORDER BY x.ord)
+              FROM unnest(($3::text[])[1:i.n - 1], ($5::jsonb[])[1:i.n - 1])
+                   WITH ORDINALITY AS x (type, data, ord))
+      FROM bumped, input i
+     WHERE i.one_row
 ), counted AS (
     INSERT INTO metric_totals AS m (backend, provider, events_ended)
     SELECT pg_backend_pid(), provider, last_seq FROM bumped WHERE 'done' = ANY($3::text[])

@@ -7,6 +7,7 @@ import asyncpg
 
 from jobstream import claims, events
 from jobstream.clock import DatabaseClock
+from jobstream.sql import queries
 from tests.support.workers import create_job
 
 
@@ -93,3 +94,28 @@ async def test_a_log_whose_head_was_deleted_starts_past_the_gap(pool: asyncpg.Po
     await pool.execute("DELETE FROM job_events WHERE job_id = $1 AND seq <= 3", job_id)
     # Not seq 1 again: the reader sees the gap and tells its client to resync.
     assert [e.seq for e in await events.read_after(pool, job_id, 0)] == [4, 5, 6]
+
+
+async def test_an_append_of_several_events_is_one_row_unless_one_is_read_by_type(
+    pool: asyncpg.Pool,
+) -> None:
+    job_id = await create_job(pool)
+    failure = [
+        events.NewEvent("usage", {"input_tokens": 1}),
+        events.NewEvent("attempt_error", {"class": "transient"}),
+        events.NewEvent("status", {"status": "queued"}),
+    ]
+    async with pool.acquire() as conn:
+        assert await events.append(conn, job_id, 1, failure, run_token=None) == 4
+        assert await _stored(pool, job_id) == [4]
+        # A progress is read by its row's type (LAST_PROGRESS): never folded into another row.
+        mixed = [events.NewEvent("status", {"status": "x"}), events.NewEvent("progress", {"n": 1})]
+        assert await events.append(conn, job_id, 1, mixed, run_token=None) == 6
+    assert await _stored(pool, job_id) == [4, 5, 6]
+    log = await events.read_after(pool, job_id, 0)
+    assert [(e.seq, e.type) for e in log] == [
+        (1, "status"), (2, "usage"), (3, "attempt_error"), (4, "status"), (5, "status"),
+        (6, "progress"),
+    ]  # fmt: skip
+    assert [e.data for e in log[1:4]] == [e.data for e in failure]
+    assert await pool.fetchval(queries.LAST_PROGRESS, job_id, 1) == {"n": 1}

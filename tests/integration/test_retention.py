@@ -303,11 +303,11 @@ async def test_counters_keep_their_values_when_history_is_deleted(
     assert after[("jobstream_janitor_jobs_deleted_total", ())] == 3
     assert after[("jobstream_janitor_jobs_compacted_total", ())] == 3
     # Jobs, their tenant_jobs rows, attempts, and the stored events: each log less its seq 1,
-    # which has no row (the job_log view), less one row for each claim and each success (each
-    # writes two events in one row: job_events.earlier), and the retried job's less the 11
-    # compaction folded away.
+    # which has no row (the job_log view), less one row for each claim, for each success and
+    # for the retried job's failed attempt (each writes two events in one row:
+    # job_events.earlier), and the retried job's less the 11 compaction folded away.
     assert after[("jobstream_janitor_rows_deleted_total", ())] == (
-        3 + 3 + 4 + (22 - 1 - 11 - 2 - 1) + 2 * (6 - 1 - 2)
+        3 + 3 + 4 + (22 - 1 - 11 - 2 - 1 - 1) + 2 * (6 - 1 - 2)
     )
     assert after[("jobstream_janitor_lag_seconds", (("stage", "delete"),))] == 0
 
