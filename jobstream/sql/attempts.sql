@@ -75,8 +75,9 @@ WITH input AS (
     SELECT id, last_seq, attempt, 'done',
            jsonb_build_object('status', 'succeeded', 'result', result),
            CASE WHEN last_chunk <> ''
-                THEN jsonb_build_array(jsonb_build_array('token', jsonb_build_object('text', last_chunk)),
-                                       jsonb_build_array('usage', result->'usage'))
+                THEN jsonb_build_array(
+                         jsonb_build_array('token', jsonb_build_object('text', last_chunk)),
+                         jsonb_build_array('usage', result->'usage'))
                 ELSE jsonb_build_array(jsonb_build_array('usage', result->'usage'))
            END
       FROM done

@@ -22,11 +22,12 @@ WITH bumped AS (
     RETURNING last_seq, provider
 ), input AS (
     SELECT cardinality($3::text[]) AS n,
-           cardinality($3::text[]) > 1 AND NOT $3::text[] && ARRAY['progress', 'token'] AS one_row
+           cardinality($3::text[]) > 1 AND NOT ($3::text[] && ARRAY['progress', 'token']) AS one_row
 ), inserted AS (
     INSERT INTO job_events (job_id, seq, attempt, type, data, earlier)
     SELECT $1, bumped.last_seq - i.n + e.ord, $4::int, e.type, e.data, NULL::jsonb
-      FROM bumped, input i, unnest($3::text[], $5::jsonb[]) WITH ORDINALITY AS e (type, data, ord)
+      FROM bumped, input i,
+           unnest($3::text[], $5::jsonb[]) WITH ORDINALITY AS e (type, data, ord)
      WHERE NOT i.one_row
     UNION ALL
     SELECT $1, bumped.last_seq, $4::int, ($3::text[])[i.n], ($5::jsonb[])[i.n],

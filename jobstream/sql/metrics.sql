@@ -35,8 +35,8 @@ SELECT provider,
 -- name: METRICS_LIVE
 -- The jobs not finished, by status: how many, the events in their logs so far (what the counted
 -- events of finished logs lack), and how long the oldest runnable one has waited. One partial
--- index per status (jobs_runnable_idx, jobs_active_tenant_idx): the cost follows the backlog and the
--- running jobs, never the history.
+-- index per status (jobs_runnable_idx, jobs_active_tenant_idx): the cost follows the backlog
+-- and the running jobs, never the history.
 SELECT 'queued' AS status, count(*) AS n, coalesce(sum(last_seq), 0)::bigint AS events,
        coalesce(extract(epoch FROM clock_timestamp()
                 - min(run_after) FILTER (WHERE run_after <= clock_timestamp())), 0)::float8
@@ -52,7 +52,10 @@ SELECT status, count(*), coalesce(sum(last_seq), 0)::bigint, 0
 -- name: METRICS_ATTEMPTS_RUNNING
 -- Attempts under way, per provider (the running jobs': jobs_active_tenant_idx): what a provider
 -- limit caps.
-SELECT provider, count(*) AS n FROM jobs WHERE status IN ('running', 'cancelling') GROUP BY provider
+SELECT provider, count(*) AS n
+  FROM jobs
+ WHERE status IN ('running', 'cancelling')
+ GROUP BY provider
 
 -- name: METRICS_PROVIDER_PAUSES
 -- Seconds each provider stays paused after a 429 (0 once the pause is over).
