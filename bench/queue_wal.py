@@ -1,14 +1,14 @@
 """WAL per no-op job, stage by stage: the baseline for a queue that rewrites fewer rows.
 
     .venv/bin/python -m bench.queue_wal [--jobs 256] [--batch 16] [--create-batch 100]
-                                        [--repeats 3] [--explain]
+                                        [--repeats 3] [--explain] [--no-keys]
 
 On a fresh durable embedded PostgreSQL (fsync and full_page_writes on; or DATABASE_URL, whose
 server must allow CREATE DATABASE and pg_walinspect), each repeat makes a database afresh and
 takes `--jobs` no-op jobs of bench-queue's kind (the simulated provider, one token, no delays;
 bench/jobstream_side.py) through their lives with the product's own calls, on one connection:
-  create   jobstream_side.create_many (creates.create_many, INSERT_JOBS, idempotency keys on)
-           in batches of --create-batch;
+  create   jobstream_side.create_many (creates.create_many, INSERT_JOBS, idempotency keys on;
+           off with --no-keys) in batches of --create-batch;
   claim    claims.claim_batch (claim_jobs, schema.sql) of --batch jobs, as a worker claims for
            its free slots; then, at once,
   success  attempts.accept_many (SUCCEED_ATTEMPTS) of those --batch jobs, their one-token text
@@ -82,6 +82,8 @@ class Options:
     create_batch: int
     repeats: int
     explain: bool
+    # Creates with idempotency keys (the default) or without.
+    keyed: bool = True
 
 
 async def prepare(admin_url: str) -> str:
@@ -103,14 +105,20 @@ def successes(held: list[Claimed]) -> list[Success]:
 
 
 async def life(
-    pool: asyncpg.Pool, measure: Measure, *, jobs: int, batch: int, create_batch: int
+    pool: asyncpg.Pool,
+    measure: Measure,
+    *,
+    jobs: int,
+    batch: int,
+    create_batch: int,
+    keyed: bool = True,
 ) -> None:
     """`jobs` no-op jobs through every stage, each batch run by `measure(jobs, work)`."""
     for start in range(0, jobs, create_batch):
         n = min(create_batch, jobs - start)
 
         async def create(n: int = n) -> None:
-            await jobstream_side.create_many(pool, n, keyed=True)
+            await jobstream_side.create_many(pool, n, keyed=keyed)
 
         await measure("create", n, create)
     held: list[Claimed] = []
@@ -188,10 +196,11 @@ async def one_repeat(admin_url: str, options: Options) -> dict[str, Sample]:
         # The warm-up: the connection's caches and prepared statements, the backend's counter
         # rows (metric_totals), a first renewal.
         batch = options.batch
-        await life(pool, unmeasured, jobs=batch, batch=batch, create_batch=batch)
+        await life(pool, unmeasured, jobs=batch, batch=batch, create_batch=batch,
+                   keyed=options.keyed)  # fmt: skip
         await renewal(pool, unmeasured, batch)
         await life(pool, measured, jobs=options.jobs, batch=batch,
-                   create_batch=options.create_batch)  # fmt: skip
+                   create_batch=options.create_batch, keyed=options.keyed)  # fmt: skip
         await renewal(pool, measured, batch)
     finally:
         await meter.close()
@@ -376,8 +385,11 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--create-batch", type=int, default=100, help="jobs a create call")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--explain", action="store_true", help="print the plans too")
+    parser.add_argument("--no-keys", action="store_true", help="creates without idempotency keys")
     args = parser.parse_args(argv)
-    return Options(args.jobs, args.batch, args.create_batch, args.repeats, args.explain)
+    return Options(
+        args.jobs, args.batch, args.create_batch, args.repeats, args.explain, not args.no_keys
+    )
 
 
 async def describe(admin_url: str) -> str:

@@ -18,7 +18,7 @@
 -- the statement inserts nothing for such a tenant and says so (`go` false), so that the caller
 -- takes the locked path; for every other tenant, creates take no lock but the key's.
 -- - Every job gets its row in tenant_jobs, and a keyed item makes a job only if that row wins
---   its key. ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit, so
+--   its key (an item without a key has its row written by a plain INSERT: `unkeyed` says why). ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit, so
 --   twenty simultaneous duplicates make one job; the losers are then read with
 --   SELECT_JOBS_BY_KEYS. Two items of one batch with the same key make one job too: the first,
 --   in request order.
@@ -56,16 +56,27 @@ WITH tenant AS (
       FROM jsonb_array_elements($1::jsonb) AS e,
            tenant
      WHERE tenant.go AND tenant.fits
-), listed AS (
+), keyed AS (
     INSERT INTO tenant_jobs (tenant_id, created_at, job_id, idempotency_key)
     SELECT $2, coalesce($3::timestamptz, statement_timestamp()), n.id, n.key
       FROM item n
-     WHERE n.key IS NULL
-        OR NOT EXISTS (SELECT FROM job_tombstones b
+     WHERE n.key IS NOT NULL
+       AND NOT EXISTS (SELECT FROM job_tombstones b
                         WHERE b.tenant_id = $2 AND b.idempotency_key = n.key)
      ORDER BY n.key COLLATE "C", n.ord
     ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING job_id
+), unkeyed AS (
+    -- A plain INSERT: under ON CONFLICT every row is a speculative insert, which writes a
+    -- confirmation record of its own (HEAP_CONFIRM), a row without a key too.
+    INSERT INTO tenant_jobs (tenant_id, created_at, job_id)
+    SELECT $2, coalesce($3::timestamptz, statement_timestamp()), n.id
+      FROM item n
+     WHERE n.key IS NULL
+     ORDER BY n.ord
+    RETURNING job_id
+), listed AS (
+    SELECT job_id FROM keyed UNION ALL SELECT job_id FROM unkeyed
 ), inserted AS (
     INSERT INTO jobs (id, tenant_id, idempotency_key, request_hash, provider, priority, payload,
                       metadata, max_attempts, webhook_url, estimate_usd, reserved_usd, run_after,
