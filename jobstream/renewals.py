@@ -8,10 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-import asyncpg
-
 from jobstream.claims import Claimed
 from jobstream.clock import Clock
+from jobstream.db import Queryable
 from jobstream.sql import queries
 
 
@@ -31,7 +30,7 @@ class Renewal:
 
 
 async def renew_many(
-    pool: asyncpg.Pool, helds: Sequence[Claimed], lease_s: float, clock: Clock, *, worker_id: str
+    pool: Queryable, helds: Sequence[Claimed], lease_s: float, clock: Clock, *, worker_id: str
 ) -> Renewal:
     """Renew every lease in `helds` in one statement, fenced per attempt (RENEW_LEASES), and
     refresh the heartbeat of worker `worker_id`, which holds them."""

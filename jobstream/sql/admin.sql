@@ -7,8 +7,8 @@
 -- The jobs not finished, and the failed and dead ones the database still keeps, by job name,
 -- tenant and status; `scheduled`: the queued ones not due yet (a delay, a retry's backoff).
 -- Each branch reads one partial index: jobs_runnable_idx (queued: the backlog), the running
--- ones (jobs_active_tenant_idx: the fleet's slots), jobs_failed_groups_idx (failed and dead: what
--- retention keeps of them, in the groups' order, counted as they come). $1 now.
+-- ones (jobs_active_tenant_idx: the fleet's slots), jobs_failed_groups_idx (failed and dead:
+-- what retention keeps of them, in the groups' order, counted as they come). $1 now.
 SELECT job_name, tenant_id, 'queued' AS status, count(*) AS n,
        count(*) FILTER (WHERE run_after > coalesce($1::timestamptz, statement_timestamp()))
          AS scheduled

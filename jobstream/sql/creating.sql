@@ -18,7 +18,8 @@
 -- the statement inserts nothing for such a tenant and says so (`go` false), so that the caller
 -- takes the locked path; for every other tenant, creates take no lock but the key's.
 -- - Every job gets its row in tenant_jobs, and a keyed item makes a job only if that row wins
---   its key (an item without a key has its row written by a plain INSERT: `unkeyed` says why). ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit, so
+--   its key (an item without a key has its row written by a plain INSERT: `unkeyed` says
+--   why). ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit, so
 --   twenty simultaneous duplicates make one job; the losers are then read with
 --   SELECT_JOBS_BY_KEYS. Two items of one batch with the same key make one job too: the first,
 --   in request order.

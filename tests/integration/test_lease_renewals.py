@@ -3,8 +3,6 @@ job pays every third of its lease while it waits for its model."""
 
 from __future__ import annotations
 
-from typing import cast
-
 import asyncpg
 
 from jobstream import renewals
@@ -29,9 +27,7 @@ async def test_a_renewal_is_a_hot_update_of_each_running_job(pool: asyncpg.Pool)
     async with pool.acquire() as conn, conn.transaction():
         # On one connection, in one transaction, so that its own counters tell what it wrote.
         start = await conn.fetchrow(UPDATED)
-        renewal = await renewals.renew_many(
-            cast(asyncpg.Pool, conn), held, 60, CLOCK, worker_id="w"
-        )
+        renewal = await renewals.renew_many(conn, held, 60, CLOCK, worker_id="w")
         counts = await conn.fetchrow(UPDATED)
     assert set(renewal.renewed) == {h.run_token for h in held} and not renewal.busy
     after = await pool.fetch("SELECT id, lease_until FROM jobs ORDER BY id")
