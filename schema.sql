@@ -4,7 +4,7 @@
 -- version and then the routines at the end of this file (jobstream/migrations.py,
 -- docs/architecture.md). Change a table in both: a test checks that the migrations lead to
 -- exactly this schema.
--- schema-version: 22
+-- schema-version: 23
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
@@ -192,8 +192,18 @@ CREATE INDEX IF NOT EXISTS tenant_jobs_chat_idx
     ON tenant_jobs (tenant_id, split_part(idempotency_key, ':', 2), created_at, job_id)
     WHERE idempotency_key LIKE 'chat:%';
 
--- No foreign key to jobs: the claim inserts an attempt in the statement that updates its job, and
--- a job's attempts are deleted with its other rows (delete_jobs, below).
+-- An attempt's row is written once, at its end, by the statement that ends it (SUCCEED_ATTEMPTS,
+-- FINISH_ATTEMPT): the running attempt is its job's row (run_token, worker_id, provider), and
+-- its start is its claim's, which the worker holds (claimed_job.started_at) and the `status`
+-- event that opened its log records (created_at); readers of attempts add it from there
+-- (SELECT_ATTEMPTS). Not a column of `jobs`: 8 more bytes in the wide row halved the lease
+-- renewals that stay on their page (HOT) in make bench-wal. Until schema version 23 the claim
+-- inserted the row and the end rewrote it: an insert, a key entry and a rewrite with two more
+-- entries per attempt, where the end's insert writes three. A claim by a worker of version 22
+-- (claim_jobs' `attempt_rows`) still inserts it, and the ends finish such a row where they
+-- find one.
+-- No foreign key to jobs: an attempt is written by the statement that ends its job's attempt,
+-- and a job's attempts are deleted with its other rows (delete_jobs, below).
 CREATE TABLE IF NOT EXISTS job_attempts (
     job_id         uuid NOT NULL,
     attempt        integer NOT NULL,
@@ -226,13 +236,11 @@ CREATE TABLE IF NOT EXISTS job_attempts (
 );
 
 -- The attempts under way are those of the running jobs (a job is running or cancelling exactly
--- while its current attempt's outcome is `running`: the claim and every end write both in one
--- statement), read through jobs_active_tenant_idx. Until schema version 22 an index of their
--- own (job_attempts_running_idx, provider) cost every claim an entry.
+-- while its current attempt runs), read through jobs_active_tenant_idx. Until schema version 22
+-- an index of their own (job_attempts_running_idx, provider) cost every claim an entry.
 -- Attempts by when they ended: the janitor's fold of each minute's spend (attempt_minutes).
--- Partial, so a claim (which inserts a running attempt) adds no entry; an attempt's end already
--- rewrites its row's index entries (its finished_at is in this index) and adds one here, on
--- the right-hand page.
+-- Partial, so a running attempt's row of version 22 has no entry; an attempt's end adds one
+-- here, on the right-hand page.
 CREATE INDEX IF NOT EXISTS job_attempts_finished_idx ON job_attempts (finished_at)
     WHERE finished_at IS NOT NULL;
 
@@ -283,6 +291,10 @@ CREATE TABLE IF NOT EXISTS job_steps (
     cost_usd      numeric(18, 8) NOT NULL DEFAULT 0,
     cost_known    boolean NOT NULL DEFAULT true,
     created_at    timestamptz NOT NULL DEFAULT now(),
+    -- How the step's cost was priced (job_attempts.price_source): an attempt lost to a crash
+    -- records the least certain of its steps' (FINISH_ATTEMPT). NULL for a step journaled
+    -- before schema version 23, or one that made no call.
+    price_source  text,
     PRIMARY KEY (job_id, step)
 );
 
@@ -439,10 +451,12 @@ CREATE TYPE claimed_job AS (
     payload            jsonb,
     last_seq           bigint,
     job_name           text,
-    traceparent        text
+    traceparent        text,
+    -- When the attempt began (schema version 23): the start its row records at its end.
+    started_at         timestamptz
 );
 
-INSERT INTO schema_version (version) VALUES (22) ON CONFLICT (version) DO NOTHING;
+INSERT INTO schema_version (version) VALUES (23) ON CONFLICT (version) DO NOTHING;
 
 -- routines: every function, aggregate and view. A fresh database runs this file whole; after
 -- migrations, jobstream/migrations.py runs again what follows this line (every statement is
@@ -629,9 +643,9 @@ $$;
 --    - `queues`: the distinct (tenant, provider, job name, priority) of queued jobs (job_queues),
 --      of the names this worker runs ($9): its cost grows with the number of queues, not of jobs.
 --    - `with_room`: providers this worker runs that may start more attempts. A limited
---      provider's running attempts are counted here, after step 1's lock. Attempts are counted,
---      not jobs: an attempt row is `running` from its claim until its outcome is written, which
---      is after its HTTP request has closed.
+--      provider's running attempts are counted here, after step 1's lock: its running jobs,
+--      each running from its claim until its attempt's outcome is written, which is after its
+--      HTTP request has closed.
 --    - `tenant_room`: a tenant at its running limit is skipped, and so are the tenants of
 --      `skipped` (found full by an earlier try). The count comes from this statement's
 --      snapshot: two claims at once can both see room, so step 3 counts again.
@@ -671,8 +685,9 @@ $$;
 --      so that any number of workers claim at once without waiting for each other.
 --    - `chosen`: interleave tenants (a tenant's first job, then every tenant's second...), cap
 --      each tenant at its room and each provider at its room, and keep max_jobs.
---    - `claimed`: a fresh run_token (the fence for every later write) and a lease for each; the
---      attempt row, and the `reset` and `status` events that open the attempt's log, are
+--    - `claimed`: a fresh run_token (the fence for every later write) and a lease for each (the
+--      attempt's `job_attempts` row is written at its end; `attempt_rows`); the `reset` and
+--      `status` events that open the attempt's log, stamped with the attempt's start, are
 --      written by the same statement, which allocates their seqs (last_seq + 2) under the row
 --      lock the UPDATE holds. Their followers are told after the commit (NOTIFY_EVENTS in
 --      jobstream/sql/events.sql says why).
@@ -701,7 +716,11 @@ $$;
 -- this call's commit.
 CREATE OR REPLACE FUNCTION claim_jobs(
     unlimited text[], worker text, lease_s float8, at_time timestamptz, limited text[],
-    limits integer[], skipped text[], max_jobs integer, names text[], max_share float8
+    limits integer[], skipped text[], max_jobs integer, names text[], max_share float8,
+    -- Insert each attempt's row now, as until schema version 23: the default, for a worker of
+    -- version 22 during a rolling deploy, whose end statements update that row. Workers since
+    -- pass false: the row is written at the attempt's end.
+    attempt_rows boolean DEFAULT true
 ) RETURNS SETOF claimed_job LANGUAGE plpgsql AS $$
 DECLARE
     locked_providers text[] := '{}';
@@ -882,17 +901,21 @@ BEGIN
              WHERE j.id = c.id
             RETURNING j.id, j.tenant_id, j.attempts, j.uncounted_attempts, j.max_attempts, j.run_token,
                       j.provider, j.payload, j.last_seq, j.job_name, j.traceparent, j.worker_id,
+                      coalesce($4::timestamptz, statement_timestamp()) AS attempt_started_at,
                       c.previous_error,
                       extract(epoch FROM j.started_at - j.created_at)::float8 AS waited_s,
                       c.fair_limit
         ), attempt AS (
+            -- Only for a worker of version 22 (`attempt_rows`, above).
             INSERT INTO job_attempts (job_id, attempt, run_token, worker_id, started_at, provider, model)
             SELECT id, attempts, run_token, worker_id, coalesce($4::timestamptz, statement_timestamp()),
                    provider, payload->>'model'
               FROM claimed
+             WHERE attempt_rows
         ), opened AS (
-            -- The attempt's `reset` and `status` events, one row (job_events.earlier).
-            INSERT INTO job_events (job_id, seq, attempt, type, data, earlier)
+            -- The attempt's `reset` and `status` events, one row (job_events.earlier), made at
+            -- the attempt's start: the reaper's record of a lost attempt reads it there.
+            INSERT INTO job_events (job_id, seq, attempt, type, data, earlier, created_at)
             SELECT id, last_seq, attempts, 'status', '{"status": "running"}'::jsonb,
                    jsonb_build_array(jsonb_build_array(
                        'reset',
@@ -902,7 +925,8 @@ BEGIN
                                           ELSE 'retry after '
                                                || coalesce(previous_error->>'class',
                                                            'an interrupted attempt')
-                                     END)))
+                                     END))),
+                   attempt_started_at
               FROM claimed
         ), counted AS (
             INSERT INTO metric_totals AS m (backend, provider, attempts_started, retries,
@@ -934,7 +958,8 @@ BEGIN
                    queue_wait_s = m.queue_wait_s + EXCLUDED.queue_wait_s
         )
         SELECT array_agg((id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token,
-                          provider, payload, last_seq, job_name, traceparent)::claimed_job),
+                          provider, payload, last_seq, job_name, traceparent,
+                          attempt_started_at)::claimed_job),
                max(fair_limit)
           INTO taken, fair_limit_used
           FROM claimed;
@@ -964,7 +989,7 @@ BEGIN
         -- limit tells the caller to try again.
         RETURN QUERY SELECT NULL::uuid, t, NULL::integer, NULL::integer, NULL::integer,
                             NULL::uuid, NULL::text, NULL::jsonb, NULL::bigint, NULL::text,
-                            NULL::text
+                            NULL::text, NULL::timestamptz
                        FROM unnest(over_limit) AS t;
         RETURN;
     END;

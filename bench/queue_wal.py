@@ -330,9 +330,11 @@ SET auto_explain.log_wal = on;
 SET auto_explain.log_nested_statements = on;
 SET auto_explain.log_level = notice;
 """
+# The running jobs as claim_jobs returned them (claims.claimed reads them). Each is in its first
+# attempt, so the job's start is the attempt's, which the claim hands to the worker.
 RUNNING = """
 SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,
-       job_name, traceparent
+       job_name, traceparent, started_at
   FROM jobs WHERE status = 'running'
 """
 

@@ -34,16 +34,21 @@ async def _finish_attempt(
     conn: Conn,
     job_id: UUID,
     attempt: int,
+    run_token: UUID,
     outcome: AttemptOutcome,
     clock: Clock,
     *,
+    started_at: datetime | None = None,
     usage: Usage | None = None,
     error: dict[str, Any] | None = None,
     cancel_confirmed: bool | None = None,
     trace: str | None = None,
 ) -> None:
-    """Close the attempt's row; `error` is the attempt's {"class", "message"} when it failed,
-    `trace` the traceback of the job's own code that raised it (kept for operators only)."""
+    """Write the attempt's row (queries.FINISH_ATTEMPT), in the transaction of the statement
+    that moves its job on, and before it: fenced on `run_token`, it locks the job's row first.
+    `started_at` is the attempt's start as its claim returned it (None: the database reads it).
+    `error` is the attempt's {"class", "message"} when it failed, `trace` the traceback of the
+    job's own code that raised it (kept for operators only)."""
     await conn.execute(
         queries.FINISH_ATTEMPT,
         job_id,
@@ -60,6 +65,8 @@ async def _finish_attempt(
         trace,
         usage.price_source if usage else None,
         usage.model if usage else None,
+        run_token,
+        started_at,
     )
 
 
@@ -116,6 +123,7 @@ def _succeeded(success: Success) -> dict[str, Any]:
         "price_source": usage.price_source, "model": usage.model,
         "last_chunk": success.last_chunk, "text_at": success.text_at,
         "charge": str(success.charge) if success.charge is not None else None,
+        "started_at": held.started_at.isoformat() if held.started_at is not None else None,
     }  # fmt: skip
 
 
@@ -160,6 +168,10 @@ async def fail(
     `error` is `{"class", "message"}`; `retry_in_s` is used only with action "retry".
     """
     async with pool.acquire() as conn, conn.transaction():
+        await _finish_attempt(
+            conn, held.job_id, held.attempt, held.run_token, outcome, clock,
+            started_at=held.started_at, usage=usage, error=error, trace=trace,
+        )  # fmt: skip
         new_events = [*_usage_event(usage), NewEvent("attempt_error", error)]
         if action == "retry":
             row = await conn.fetchrow(
@@ -192,12 +204,10 @@ async def fail(
                 await ledger.release(conn, held.job_id)
                 await outbox.record_end(conn, held.job_id)
         if row is None:
+            # The attempt's row was not written either (its fence is the same): rolled back.
             raise Fenced(f"job {held.job_id}: not running under this attempt")
         # The fenced UPDATE above proved we held the job and keeps its row locked; the job no
         # longer reads `running`, so the appends below go unfenced.
-        await _finish_attempt(
-            conn, held.job_id, held.attempt, outcome, clock, usage=usage, error=error, trace=trace
-        )
         await events.append(conn, held.job_id, held.attempt, new_events, run_token=None)
 
 
@@ -210,19 +220,14 @@ async def confirm_cancel(
     provider_confirmed: bool,
 ) -> None:
     async with pool.acquire() as conn, conn.transaction():
+        await _finish_attempt(
+            conn, held.job_id, held.attempt, held.run_token, "cancelled", clock,
+            started_at=held.started_at, usage=usage, cancel_confirmed=provider_confirmed,
+        )  # fmt: skip
         row = await conn.fetchrow(queries.CONFIRM_CANCEL, held.job_id, held.run_token, clock.now())
         if row is None:
             raise Fenced(f"job {held.job_id}: not cancelling under this attempt")
         await ledger.release(conn, held.job_id)
-        await _finish_attempt(
-            conn,
-            held.job_id,
-            held.attempt,
-            "cancelled",
-            clock,
-            usage=usage,
-            cancel_confirmed=provider_confirmed,
-        )
         await outbox.record_end(conn, held.job_id)
         await events.append(
             conn,
@@ -243,14 +248,15 @@ async def hand_back(pool: asyncpg.Pool, held: Claimed, usage: Usage | None, cloc
     """
     error = {"class": "interrupted", "message": "worker shut down; the job was handed back"}
     async with pool.acquire() as conn, conn.transaction():
+        await _finish_attempt(
+            conn, held.job_id, held.attempt, held.run_token, "interrupted", clock,
+            started_at=held.started_at, usage=usage, error=error,
+        )  # fmt: skip
         row = await conn.fetchrow(
             queries.REQUEUE_JOB, held.job_id, held.run_token, 0.0, error, clock.now(), 1
         )
         if row is None:
             raise Fenced(f"job {held.job_id}: not running under this attempt")
-        await _finish_attempt(
-            conn, held.job_id, held.attempt, "interrupted", clock, usage=usage, error=error
-        )
         await events.append(
             conn,
             held.job_id,
@@ -273,11 +279,11 @@ async def reap_expired(pool: asyncpg.Pool, clock: Clock, batch: int = 50) -> int
         for job in sorted(rows, key=lambda row: row["tenant_id"]):
             job_id, attempt = job["id"], job["attempts"]
             expired = {"class": "lost", "message": "lease expired: the worker stopped renewing it"}
-            await _finish_attempt(conn, job_id, attempt, "lost", clock, error=expired)
-            lost = {"class": "lost", "message": "the worker stopped renewing its lease"}
             # The statements its worker would have run, fenced on its token: SELECT_EXPIRED's
             # lock keeps that current, so each finds its row.
             token = job["run_token"]
+            await _finish_attempt(conn, job_id, attempt, token, "lost", clock, error=expired)
+            lost = {"class": "lost", "message": "the worker stopped renewing its lease"}
             if job["status"] == "cancelling":
                 ended = await conn.fetchrow(queries.CONFIRM_CANCEL, job_id, token, clock.now())
                 cancelled = {"class": "cancelled", "message": "cancelled while running"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 
@@ -39,6 +40,9 @@ class Claimed:
     # The create's trace context (W3C traceparent), which the attempt's spans continue; None
     # when the create was not traced (jobstream/tracing.py).
     traceparent: str | None = None
+    # When the attempt began, by the claim's clock: its row records it at its end (job_attempts
+    # in schema.sql). None: the end reads it from the event row that opened the attempt's log.
+    started_at: datetime | None = None
 
     @property
     def exhausted(self) -> bool:
@@ -176,4 +180,5 @@ def claimed(job: asyncpg.Record) -> Claimed:
         counted_attempts=job["attempts"] - job["uncounted_attempts"],
         job_name=job["job_name"],
         traceparent=job["traceparent"],
+        started_at=job["started_at"],
     )

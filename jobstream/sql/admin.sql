@@ -89,11 +89,21 @@ SELECT * FROM jobs WHERE id = $1
 
 -- name: ADMIN_ATTEMPTS
 -- A job's attempts as an operator sees them: the traceback too.
+-- The running one from its job's row, as SELECT_ATTEMPTS.
 SELECT attempt, worker_id, outcome, error_class, error_detail, error_trace, provider, model,
        input_tokens, output_tokens, cost_usd, cost_known, price_source, started_at,
        finished_at AS ended_at
   FROM job_attempts
  WHERE job_id = $1
+UNION ALL
+SELECT j.attempts, j.worker_id, 'running', NULL, NULL, NULL, j.provider, j.payload->>'model',
+       NULL, NULL, NULL, true, NULL,
+       (SELECT e.created_at FROM job_events e
+         WHERE e.job_id = j.id AND e.attempt = j.attempts ORDER BY e.seq LIMIT 1),
+       NULL
+  FROM jobs j
+ WHERE j.id = $1 AND j.status IN ('running', 'cancelling')
+   AND NOT EXISTS (SELECT FROM job_attempts a WHERE a.job_id = j.id AND a.attempt = j.attempts)
  ORDER BY attempt
 
 -- name: ADMIN_TIMELINE
@@ -155,9 +165,9 @@ SELECT id, host, pid, version, job_names, slots, started_at, heartbeat_at, stopp
 
 -- name: ADMIN_RUNNING_ATTEMPTS
 -- The attempts under way, each with its worker: the running jobs' (jobs_active_tenant_idx: as
--- many as run), each current attempt's row by its key.
-SELECT a.worker_id, a.job_id, a.attempt, j.job_name
+-- many as run), whose rows hold their current attempt (job_attempts in schema.sql); oldest job
+-- first.
+SELECT j.worker_id, j.id AS job_id, j.attempts AS attempt, j.job_name
   FROM jobs j
-  JOIN job_attempts a ON a.job_id = j.id AND a.attempt = j.attempts
  WHERE j.status IN ('running', 'cancelling')
- ORDER BY a.started_at
+ ORDER BY j.started_at, j.id

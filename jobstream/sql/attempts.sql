@@ -34,7 +34,8 @@ WITH input AS (
       FROM jsonb_to_recordset($1::jsonb)
              AS i (job_id uuid, run_token uuid, result jsonb, attempt int, input_tokens int,
                    output_tokens int, cost numeric, cost_known boolean, price_source text,
-                   model text, last_chunk text, charge numeric, text_at bigint)
+                   model text, last_chunk text, charge numeric, text_at bigint,
+                   started_at timestamptz)
 ), done AS (
     UPDATE jobs j
        SET status = 'succeeded', result = i.result,
@@ -52,23 +53,44 @@ WITH input AS (
        AND (i.last_chunk = ''
             OR CASE WHEN j.text_attempt = i.attempt THEN j.text_chars ELSE 0 END = i.text_at)
     RETURNING j.id, j.tenant_id, j.status, j.attempts, j.finished_at, j.result, j.error,
-              j.webhook_url, j.last_seq, i.attempt, i.input_tokens, i.output_tokens, i.cost,
-              i.cost_known, i.price_source, i.model, i.last_chunk,
-              coalesce(i.charge, i.cost) AS charge,
-              old.reserved_usd AS held
-), closed AS (
+              j.webhook_url, j.last_seq, j.run_token, j.worker_id, j.provider,
+              j.payload->>'model' AS claim_model, i.attempt, i.input_tokens, i.output_tokens,
+              i.cost, i.cost_known, i.price_source, i.model, i.last_chunk,
+              coalesce(i.charge, i.cost) AS charge, old.reserved_usd AS held,
+              -- The attempt's start as its claim returned it (claims.Claimed.started_at); else
+              -- the time of the event row that opened its log (job_attempts in schema.sql).
+              coalesce(i.started_at,
+                       (SELECT e.created_at FROM job_events e
+                         WHERE e.job_id = j.id AND e.attempt = i.attempt
+                         ORDER BY e.seq LIMIT 1),
+                       j.finished_at) AS started_at
+), timed AS (
+    SELECT *, extract(epoch FROM finished_at - started_at)::float8 AS run_s FROM done
+), legacy AS (
+    -- An attempt claimed by a worker of version 22 has its row already (claim_jobs'
+    -- `attempt_rows`): it is finished here. No `outcome = 'running'` test: the job ran under
+    -- this attempt's token, so its attempt is running.
     UPDATE job_attempts a
        SET outcome = 'succeeded', finished_at = done.finished_at,
            input_tokens = done.input_tokens, output_tokens = done.output_tokens,
            cost_usd = done.cost, cost_known = done.cost_known, price_source = done.price_source,
-           -- The model its calls went to; the claim's (the built-in job's request) otherwise.
            model = coalesce(done.model, a.model)
       FROM done
-     -- No `outcome = 'running'` test: the job ran under this attempt's token, so its attempt
-     -- is running; and with it the planner read every running attempt once per success.
      WHERE a.job_id = done.id AND a.attempt = done.attempt
-    RETURNING a.provider, a.cost_usd, a.cost_known, done.last_seq, done.charge,
-              extract(epoch FROM a.finished_at - a.started_at)::float8 AS run_s
+    RETURNING a.job_id
+), closed AS (
+    -- The attempt's one row (job_attempts in schema.sql): its worker and token from the job's
+    -- row, which the claim wrote.
+    INSERT INTO job_attempts (job_id, attempt, run_token, worker_id, started_at, finished_at,
+                              outcome, provider, model, input_tokens, output_tokens, cost_usd,
+                              cost_known, price_source)
+    SELECT d.id, d.attempt, d.run_token, d.worker_id, d.started_at, d.finished_at,
+           'succeeded', d.provider,
+           -- The model its calls went to; the claim's (the built-in job's request) otherwise.
+           coalesce(d.model, d.claim_model), d.input_tokens, d.output_tokens, d.cost,
+           d.cost_known, d.price_source
+      FROM done d
+     WHERE d.id NOT IN (SELECT job_id FROM legacy)
 ), logged AS (
     -- The last chunk (if any), `usage` and `done`: one row (job_events.earlier).
     INSERT INTO job_events (job_id, seq, attempt, type, data, earlier)
@@ -101,7 +123,7 @@ WITH input AS (
     INSERT INTO metric_totals AS m (backend, provider, jobs_accepted, charged_usd, succeeded,
                                     cost_usd, cost_unknown, events_ended, run_counts, run_s)
     SELECT pg_backend_pid(), provider, count(*), coalesce(sum(charge), 0), count(*),
-           coalesce(sum(cost_usd), 0), count(*) FILTER (WHERE NOT cost_known), sum(last_seq),
+           coalesce(sum(cost), 0), count(*) FILTER (WHERE NOT cost_known), sum(last_seq),
            -- run_counts: how many at or under each bound of DURATION_BUCKETS (jobstream/types.py),
            -- written out: duration_counts (schema.sql) would sort the batch, which costs more.
            ARRAY[count(*) FILTER (WHERE run_s <= 0.05),
@@ -117,7 +139,7 @@ WITH input AS (
                  count(*) FILTER (WHERE run_s <= 120),
                  count(*) FILTER (WHERE run_s <= 300),
                  count(*) FILTER (WHERE run_s <= 600)], sum(run_s)
-      FROM closed
+      FROM timed
      GROUP BY provider
     ON CONFLICT (backend, provider) DO UPDATE
        SET jobs_accepted = m.jobs_accepted + EXCLUDED.jobs_accepted,
@@ -165,24 +187,73 @@ UPDATE jobs
 RETURNING *
 
 -- name: FINISH_ATTEMPT
--- An attempt's end other than success, and the reaper's `lost` (jobstream/attempts.py): a running
--- attempt's tokens, cost and cancel_confirmed are NULL until it ends, so the reaper passes NULLs
--- and loses nothing. $12 is the traceback of an exception of the job's own code, for operators;
--- $13 how the cost's price was found (jobstream/prices.py), $14 the model its calls went to
--- (jobstream/usage.py). The INSERT after `ended` adds the attempt to the metrics' counters
--- (metrics.sql); one row, so its histogram is duration_counts' (schema.sql).
-WITH ended AS (
-    UPDATE job_attempts
+-- An attempt's end other than success, and the reaper's `lost` (jobstream/attempts.py), before
+-- the statement that moves its job on, in the same transaction. Fenced on the attempt's run
+-- token ($15; $16 its start as the claim returned it, NULL for the reaper): `held` locks its
+-- job's row while the attempt still holds it (what the end statement after it locks anyway, in
+-- the same order), so an attempt that lost its job writes nothing, and its end statement then
+-- finds no row and undoes this. The attempt's row is inserted here (job_attempts in schema.sql:
+-- its worker and provider are its job's), or, claimed by a worker of version 22, updated. The
+-- reaper passes NULL usage: a lost attempt's tokens and cost are what its journaled steps
+-- recorded (job_steps; a step that made no call adds nothing), its cost unknown. $12 is the
+-- traceback of an exception of the job's own code, for operators; $13 how the cost's price was
+-- found (jobstream/prices.py), $14 the model its calls went to (jobstream/usage.py). The INSERT
+-- after `ended` adds the attempt to the metrics' counters (metrics.sql); one row, so its
+-- histogram is duration_counts' (schema.sql).
+WITH held AS (
+    SELECT j.id, j.worker_id, j.provider, j.payload->>'model' AS claim_model,
+           -- The attempt's start as its claim returned it ($16), or, for the reaper, the time
+           -- of the event row that opened its log (job_attempts in schema.sql).
+           coalesce($16::timestamptz,
+                    (SELECT e.created_at FROM job_events e
+                      WHERE e.job_id = j.id AND e.attempt = $2 ORDER BY e.seq LIMIT 1),
+                    $11::timestamptz, statement_timestamp()) AS started_at
+      FROM jobs j
+     WHERE j.id = $1 AND j.attempts = $2 AND j.run_token = $15
+       AND j.status IN ('running', 'cancelling')
+       FOR NO KEY UPDATE
+), legacy AS (
+    UPDATE job_attempts a
        SET outcome = $3, finished_at = coalesce($11::timestamptz, statement_timestamp()),
            error_class = $4, error_detail = $5,
            -- The reaper passes NULLs: a lost attempt keeps what its journaled steps recorded.
-           input_tokens = coalesce($6, input_tokens), output_tokens = coalesce($7, output_tokens),
-           cost_usd = coalesce($8, cost_usd), cost_known = $9,
-           price_source = coalesce($13, price_source), model = coalesce($14, model),
+           input_tokens = coalesce($6, a.input_tokens),
+           output_tokens = coalesce($7, a.output_tokens),
+           cost_usd = coalesce($8, a.cost_usd), cost_known = $9,
+           price_source = coalesce($13, a.price_source), model = coalesce($14, a.model),
            cancel_confirmed = $10, error_trace = $12
-     WHERE job_id = $1 AND attempt = $2 AND outcome = 'running'
+      FROM held
+     WHERE a.job_id = held.id AND a.attempt = $2 AND a.outcome = 'running'
+    RETURNING a.provider, a.outcome, a.cost_usd, a.cost_known,
+              extract(epoch FROM a.finished_at - a.started_at)::float8 AS run_s
+), steps AS (
+    SELECT sum(s.input_tokens) AS input_tokens, sum(s.output_tokens) AS output_tokens,
+           sum(s.cost_usd) AS cost_usd,
+           -- The least certain price of its calls (jobstream/prices.py), as JOURNAL_STEPS'.
+           CASE WHEN bool_or(s.price_source = 'default') THEN 'default'
+                WHEN bool_or(s.price_source = 'operator') THEN 'operator'
+                ELSE max(s.price_source) END AS price_source
+      FROM job_steps s
+     WHERE $8::numeric IS NULL AND s.job_id = $1 AND s.attempt = $2
+       AND (s.cost_usd > 0 OR s.input_tokens > 0 OR s.output_tokens > 0)
+), opened AS (
+    INSERT INTO job_attempts (job_id, attempt, run_token, worker_id, started_at, finished_at,
+                              outcome, error_class, error_detail, provider, model, input_tokens,
+                              output_tokens, cost_usd, cost_known, price_source,
+                              cancel_confirmed, error_trace)
+    SELECT held.id, $2, $15, held.worker_id, held.started_at,
+           coalesce($11::timestamptz, statement_timestamp()), $3, $4, $5, held.provider,
+           coalesce($14, held.claim_model), coalesce($6, steps.input_tokens),
+           coalesce($7, steps.output_tokens), coalesce($8, steps.cost_usd), $9,
+           coalesce($13, steps.price_source), $10, $12
+      FROM held, steps
+     WHERE NOT EXISTS (SELECT FROM job_attempts a WHERE a.job_id = $1 AND a.attempt = $2)
     RETURNING provider, outcome, cost_usd, cost_known,
               extract(epoch FROM finished_at - started_at)::float8 AS run_s
+), ended AS (
+    SELECT * FROM legacy
+    UNION ALL
+    SELECT * FROM opened
 )
 INSERT INTO metric_totals AS m (backend, provider, succeeded, failed, unknown, cancelled, lost,
                                 interrupted, cost_usd, cost_unknown, run_counts, run_s)
@@ -219,11 +290,11 @@ SELECT coalesce(sum(cost_usd), 0) FROM job_attempts WHERE job_id = $1 AND attemp
 -- only while its attempt's run token is the job's, whose row it locks (FOR SHARE: a reaper that
 -- moves the job on waits, or has moved it and the token no longer matches). A journal may land
 -- after its attempt's success (which does not wait for it): the token is still the job's. A
--- step already journaled (by a zombie that got there first) keeps its first row. A step's cost
--- goes into its attempt's row too while the job runs, so an attempt lost to a crash still
--- records what its finished steps cost (FINISH_ATTEMPT keeps it); the attempt's end writes its
--- whole cost over it, and once it has, a late journal adds nothing. The answer: the `ord` of
--- every step whose attempt held its job.
+-- step already journaled (by a zombie that got there first) keeps its first row. An attempt
+-- lost to a crash still records what its finished steps cost: FINISH_ATTEMPT sums them (and a
+-- running attempt's row of version 22 gets each step's cost as it lands, `costed`); an
+-- attempt's own end writes its whole cost, and a late journal adds nothing. The answer: the
+-- `ord` of every step whose attempt held its job.
 WITH input AS (
     SELECT (e->>0)::int AS ord, (e->>1)::uuid AS job_id, (e->>2)::uuid AS run_token,
            e->>3 AS step, (e->>4)::int AS attempt, e->5 AS result, e->6 AS output,
@@ -242,9 +313,9 @@ WITH input AS (
       FROM input i JOIN locked l ON l.id = i.job_id AND l.run_token = i.run_token
 ), journaled AS (
     INSERT INTO job_steps (job_id, step, attempt, run_token, result, output, input_tokens,
-                           output_tokens, cost_usd, cost_known)
+                           output_tokens, cost_usd, cost_known, price_source)
     SELECT job_id, step, attempt, run_token, result, output, input_tokens, output_tokens, cost,
-           cost_known
+           cost_known, price_source
       FROM held
      ORDER BY job_id, step
     ON CONFLICT (job_id, step) DO NOTHING
@@ -267,7 +338,9 @@ WITH input AS (
              -- Steps that made no call (no tokens, no cost) change no attempt's row.
              WHERE h.running AND (h.cost > 0 OR h.input_tokens > 0 OR h.output_tokens > 0)
              GROUP BY h.job_id, h.attempt) s
-     WHERE a.job_id = s.job_id AND a.attempt = s.attempt
+     -- Only a running attempt's row of version 22 (claim_jobs' `attempt_rows`): since, a
+     -- running attempt has no row, and FINISH_ATTEMPT sums a lost one's steps.
+     WHERE a.job_id = s.job_id AND a.attempt = s.attempt AND a.outcome = 'running'
 )
 SELECT ord FROM held
 

@@ -9,13 +9,14 @@
 -- seconds, $4 now (NULL: the database clock), $5 providers with a limit, sorted, and $6 their
 -- limits, $7 tenants to skip (found full by an earlier try), $9 the job names the worker runs,
 -- $10 the most of the fleet's slots a tenant without a running limit of its own may take while
--- another tenant could want one (JOBSTREAM_TENANT_MAX_SHARE).
+-- another tenant could want one (JOBSTREAM_TENANT_MAX_SHARE). `false`: no attempt row now; the
+-- statement that ends the attempt writes it (job_attempts in schema.sql).
 -- Rows with no id: the tenants they name went over their running limit, and the claim undid
 -- itself.
 SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,
-       last_seq, job_name, traceparent
+       last_seq, job_name, traceparent, started_at
   FROM claim_jobs($1::text[], $2, $3, $4::timestamptz, $5::text[], $6::int[], $7::text[], $8,
-                  $9::text[], $10::float8)
+                  $9::text[], $10::float8, false)
 
 -- name: PAUSE_PROVIDER
 -- A 429 pauses the provider for every worker (CLAIM_JOBS skips paused providers). GREATEST keeps

@@ -49,8 +49,10 @@ async def race(pool: asyncpg.Pool, providers: list[str], limited: str = "openai"
 
 
 async def running_attempts(pool: asyncpg.Pool, provider: str) -> int:
+    # A running attempt is its job's row (job_attempts, schema.sql).
     n: int = await pool.fetchval(
-        "SELECT count(*) FROM job_attempts WHERE outcome = 'running' AND provider = $1", provider
+        "SELECT count(*) FROM jobs WHERE status IN ('running', 'cancelling') AND provider = $1",
+        provider,
     )
     return n
 

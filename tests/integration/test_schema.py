@@ -18,6 +18,7 @@ from jobstream.sql import queries
 from jobstream.usage import Usage
 from tests.support import database
 from tests.support.polling import eventually
+from tests.support.workers import create_job
 
 # The parts of a catalog two schemas must share: columns, constraints, indexes, views,
 # functions and tables' storage options (jobs' fillfactor).
@@ -61,7 +62,7 @@ CLOCK = DatabaseClock()
 # A running job's row as claim_jobs returns it (claims.claimed reads it).
 RUNNING = """
 SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,
-       job_name, traceparent
+       job_name, traceparent, started_at
   FROM jobs WHERE status = 'running'
 """
 
@@ -267,5 +268,92 @@ async def test_an_upgrade_from_version_19_under_way_loses_nothing(empty_url: str
         outcomes = await pool.fetch("SELECT outcome FROM job_attempts ORDER BY started_at")
         assert [r["outcome"] for r in outcomes] == ["succeeded", "succeeded"]
         assert await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'succeeded'") == 2
+    finally:
+        await pool.close()
+
+
+# The claim of a worker of version 22: claim_jobs without `attempt_rows`, which inserts the
+# attempt's row at the claim, as before.
+CLAIM_AT_VERSION_22 = """
+SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, provider, payload,
+       last_seq, job_name, traceparent
+  FROM claim_jobs($1::text[], $2, $3, $4::timestamptz, $5::text[], $6::int[], $7::text[], $8,
+                  $9::text[], $10::float8)
+"""
+
+
+async def test_an_upgrade_from_version_22_under_way_loses_nothing(empty_url: str) -> None:
+    # Version 22's tables with a job running (its attempt's row written at its claim) and one
+    # queued; then the upgrade to attempt rows written at the end. The running attempt fails
+    # and the queued job is claimed by a worker of version 22 and succeeds: each ends the row
+    # it has, and a job claimed since has its row written at its end alone.
+    old = await db.connect(empty_url)
+    running, queued, token = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    spec = JobSpec(prompt="under way", provider="simulated")
+    try:
+        for migration in migrations.migrations():
+            text = migration.path.read_text()
+            if migration.version <= 22:
+                if migrations.has_statements(text):
+                    await old.execute(text)
+                await old.execute(queries.RECORD_SCHEMA_VERSION, migration.version)
+        await old.execute(AT_VERSION_19, running, queued, spec.payload(), token)
+        started = await old.fetchval(
+            "SELECT started_at FROM job_attempts WHERE job_id = $1", running
+        )
+        assert await migrations.apply_schema(old) == migrations.migrations()[-1].version
+    finally:
+        await old.close()
+
+    pool = await db.create_pool(empty_url, min_size=1, max_size=2)
+    try:
+        # The running attempt is listed once, from the row its claim wrote.
+        [attempt] = await pool.fetch(queries.SELECT_ATTEMPTS, running)
+        assert (attempt["outcome"], attempt["started_at"]) == ("running", started)
+        row = await pool.fetchrow(f"{RUNNING} AND id = $1", running)
+        assert row is not None
+        error = {"class": "invalid_request", "message": "no"}
+        await attempts.fail(
+            pool, claims.claimed(row), action="fail", outcome="failed", error=error,
+            usage=Usage(input_tokens=2, output_tokens=0), retry_in_s=0, clock=CLOCK,
+        )  # fmt: skip
+        args: tuple[object, ...] = (["simulated"], "w22", 30.0, None, [], [], [], 8, ["llm"], 1.0)
+        # Held as this version's code holds an attempt (claims.claimed), without the start that
+        # version 22's claim does not read: its row has it.
+        [claimed_row] = await pool.fetch(
+            f"SELECT *, NULL::timestamptz AS started_at FROM ({CLAIM_AT_VERSION_22}) c", *args
+        )
+        claimed = claims.claimed(claimed_row)
+        assert claimed.job_id == queued
+        assert (
+            await pool.fetchval("SELECT outcome FROM job_attempts WHERE job_id = $1", queued)
+            == "running"
+        )
+        usage = Usage(input_tokens=1, output_tokens=1)
+        assert await attempts.accept_many(pool, [Success(claimed, "b", usage, "b")], CLOCK) == {0}
+        rows = await pool.fetch(
+            "SELECT job_id, attempt, outcome, worker_id, input_tokens FROM job_attempts"
+            " ORDER BY started_at"
+        )
+        assert [tuple(r) for r in rows] == [
+            (running, 1, "failed", "w", 2),
+            (queued, 1, "succeeded", "w22", 1),
+        ]
+        statuses = await pool.fetch("SELECT status FROM jobs ORDER BY created_at, id")
+        assert sorted(r["status"] for r in statuses) == ["failed", "succeeded"]
+        # A job claimed by this version: no row while it runs, one row at its end.
+        new = await create_job(pool, prompt="after", provider="simulated")
+        [held] = await claims.claim_batch(
+            pool, providers=["simulated"], worker_id="w23", lease_s=30, clock=CLOCK, max_jobs=8
+        )
+        assert held.job_id == new
+        assert await pool.fetchval("SELECT count(*) FROM job_attempts WHERE job_id = $1", new) == 0
+        assert await attempts.accept_many(pool, [Success(held, "c", usage, "c")], CLOCK) == {0}
+        assert (
+            await pool.fetchval(
+                "SELECT outcome || ' by ' || worker_id FROM job_attempts WHERE job_id = $1", new
+            )
+            == "succeeded by w23"
+        )
     finally:
         await pool.close()

@@ -196,8 +196,8 @@ async def test_two_reapers_never_deadlock_on_the_ledger(database_url: str) -> No
                 await pool.execute(
                     "INSERT INTO jobs (id, tenant_id, request_hash, provider, payload,"
                     " max_attempts, status, attempts, run_token, lease_until, reserved_usd,"
-                    " estimate_usd) VALUES (gen_random_uuid(), $1, 'h', 'simulated', '{}', 1,"
-                    " 'running', 1, gen_random_uuid(), $2, 0.01, 0.01)",
+                    " estimate_usd, worker_id) VALUES (gen_random_uuid(), $1, 'h', 'simulated',"
+                    " '{}', 1, 'running', 1, gen_random_uuid(), $2, 0.01, 0.01, 'w')",
                     tenant, clock.now() - timedelta(seconds=100 - i),
                 )  # fmt: skip
                 await pool.execute(
