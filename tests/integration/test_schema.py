@@ -6,6 +6,7 @@ import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
@@ -17,6 +18,7 @@ from jobstream.jobspec import JobSpec
 from jobstream.sql import queries
 from jobstream.usage import Usage
 from tests.support import database
+from tests.support.clock import ManualClock
 from tests.support.polling import eventually
 from tests.support.workers import create_job
 
@@ -284,9 +286,10 @@ SELECT id, tenant_id, attempts, uncounted_attempts, max_attempts, run_token, pro
 
 async def test_an_upgrade_from_version_22_under_way_loses_nothing(empty_url: str) -> None:
     # Version 22's tables with a job running (its attempt's row written at its claim) and one
-    # queued; then the upgrade to attempt rows written at the end. The running attempt fails
-    # and the queued job is claimed by a worker of version 22 and succeeds: each ends the row
-    # it has, and a job claimed since has its row written at its end alone.
+    # queued; then the upgrade to attempt rows written at the end. The running attempt fails,
+    # the queued job is claimed by a worker of version 22 and succeeds, and another claimed so
+    # is lost with that worker and reaped: each ends the row it has, and a job claimed since
+    # has its row written at its end alone.
     old = await db.connect(empty_url)
     running, queued, token = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     spec = JobSpec(prompt="under way", provider="simulated")
@@ -341,6 +344,18 @@ async def test_an_upgrade_from_version_22_under_way_loses_nothing(empty_url: str
         ]
         statuses = await pool.fetch("SELECT status FROM jobs ORDER BY created_at, id")
         assert sorted(r["status"] for r in statuses) == ["failed", "succeeded"]
+        orphan = await create_job(pool, prompt="lost", provider="simulated", max_attempts=2)
+        [lost_row] = await pool.fetch(CLAIM_AT_VERSION_22, *args)
+        assert lost_row["id"] == orphan
+        claimed_at = await pool.fetchval(
+            "SELECT started_at FROM job_attempts WHERE job_id = $1", orphan
+        )
+        later = ManualClock(datetime.now(UTC) + timedelta(minutes=5))
+        assert await attempts.reap_expired(pool, later) == 1
+        lost = await pool.fetch(
+            "SELECT outcome, worker_id, started_at FROM job_attempts WHERE job_id = $1", orphan
+        )
+        assert [tuple(r) for r in lost] == [("lost", "w22", claimed_at)]
         # A job claimed by this version: no row while it runs, one row at its end.
         new = await create_job(pool, prompt="after", provider="simulated")
         [held] = await claims.claim_batch(
