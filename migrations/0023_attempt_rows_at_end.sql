@@ -14,7 +14,9 @@
 -- Safe under load, and for workers of version 22 during a rolling deploy: their claims call
 -- claim_jobs without the new argument, which inserts the attempt's row as before, they read
 -- claim_jobs' columns by name, and the statements that end their attempts update that row.
--- Servers of version 22 list a running attempt only when a worker of version 22 claimed it.
+-- Servers of version 22 list a running attempt only when a worker of version 22 claimed it, and
+-- the reaper of a worker of version 22 ends a lost attempt of a newer worker without writing its
+-- row (its job moves on as before): roll the workers soon after the first new process starts.
 -- Run once, in one transaction, under the schema advisory lock (jobstream/migrations.py).
 
 DROP FUNCTION IF EXISTS claim_jobs(text[], text, float8, timestamptz, text[], integer[], text[],
