@@ -27,6 +27,11 @@ log = structlog.get_logger(__name__)
 
 # Tries of a batch whose transaction PostgreSQL aborted to break a deadlock.
 BATCH_TRIES = 3
+# Tries of a create that lost a race for a key: another statement inserted it while this one ran
+# (INSERT_JOBS says why that fails the statement, and why the next try does not).
+KEY_RACE_TRIES = 5
+# The unique index a key race fails on.
+KEY_INDEX = "tenant_jobs_key_idx"
 # Tries again of items whose key's job was deleted between their insert and its read.
 VANISHED_TRIES = 3
 
@@ -74,9 +79,23 @@ async def create_many(
     `storage_bytes`: the tenant's storage bound (None: none), which refuses the items of a
     statement that would pass it.
     """
-    return await _create(
-        pool, tenant_id, [items], clock, announce, atomic=False, storage_bytes=storage_bytes
-    )
+    tries = 1
+    while True:
+        try:
+            return await _create(
+                pool, tenant_id, [items], clock, announce, atomic=False,
+                storage_bytes=storage_bytes,
+            )  # fmt: skip
+        except asyncpg.UniqueViolationError as exc:
+            # It made nothing: sent again, it finds the key taken, and reads the key's job.
+            if not _lost_key_race(exc) or tries == KEY_RACE_TRIES:
+                raise
+            tries += 1
+
+
+def _lost_key_race(exc: BaseException) -> bool:
+    """Did a statement fail because another took one of its keys first (INSERT_JOBS)?"""
+    return isinstance(exc, asyncpg.UniqueViolationError) and exc.constraint_name == KEY_INDEX
 
 
 async def create_batch(
@@ -124,7 +143,7 @@ async def create_batch(
             read.append(chunk)
             yield chunk
 
-    tries = 1
+    tries = races = 1
     while True:
         try:
             return await _create(
@@ -141,6 +160,12 @@ async def create_batch(
                 "create_batch_deadlock", tenant_id=tenant_id, tries_left=BATCH_TRIES - tries
             )
             tries += 1
+        except asyncpg.UniqueViolationError as exc:
+            # Another statement took one of its keys while it ran: it made nothing, and written
+            # again, whole, it finds that key taken (INSERT_JOBS).
+            if not _lost_key_race(exc) or races == KEY_RACE_TRIES:
+                raise
+            races += 1
 
 
 async def _create(

@@ -18,11 +18,15 @@
 -- the statement inserts nothing for such a tenant and says so (`go` false), so that the caller
 -- takes the locked path; for every other tenant, creates take no lock but the key's.
 -- - Every job gets its row in tenant_jobs, and a keyed item makes a job only if that row wins
---   its key (an item without a key has its row written by a plain INSERT: `unkeyed` says
---   why). ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit, so
---   twenty simultaneous duplicates make one job; the losers are then read with
---   SELECT_JOBS_BY_KEYS. Two items of one batch with the same key make one job too: the first,
---   in request order.
+--   its key. Plain INSERTs, keyed or not: under ON CONFLICT every row is a speculative insert,
+--   which writes a confirmation record of its own (HEAP_CONFIRM), one WAL record a job in
+--   seven. A keyed item whose key this statement's snapshot already holds makes no row; an
+--   insert of the same key by a statement still under way is waited for, and once that one
+--   commits this statement fails on the key's unique index (a unique violation), makes nothing,
+--   and is sent again whole (creates.py, KEY_RACE_TRIES), when its snapshot holds that key: so
+--   twenty simultaneous duplicates make one job, and the others' items are read with
+--   SELECT_JOBS_BY_KEYS. Two items of one statement with the same key make one job too: the
+--   first, in request order (DISTINCT ON).
 -- - The keys are taken in key order, whatever the request's: two statements with the same keys
 --   in opposite orders each held a key the other waited for, a deadlock PostgreSQL ended by
 --   aborting one of them. In key order, whoever waits holds only keys below the one it waits
@@ -59,17 +63,19 @@ WITH tenant AS (
      WHERE tenant.go AND tenant.fits
 ), keyed AS (
     INSERT INTO tenant_jobs (tenant_id, created_at, job_id, idempotency_key)
-    SELECT $2, coalesce($3::timestamptz, statement_timestamp()), n.id, n.key
+    SELECT DISTINCT ON (n.key COLLATE "C")
+           $2, coalesce($3::timestamptz, statement_timestamp()), n.id, n.key
       FROM item n
      WHERE n.key IS NOT NULL
+       -- A probe of the key's index per item, as a subplan: as NOT EXISTS, the planner could
+       -- join the whole of the tenant's keys against the batch's instead.
+       AND (SELECT t.job_id FROM tenant_jobs t
+             WHERE t.tenant_id = $2 AND t.idempotency_key = n.key) IS NULL
        AND NOT EXISTS (SELECT FROM job_tombstones b
                         WHERE b.tenant_id = $2 AND b.idempotency_key = n.key)
      ORDER BY n.key COLLATE "C", n.ord
-    ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING job_id
 ), unkeyed AS (
-    -- A plain INSERT: under ON CONFLICT every row is a speculative insert, which writes a
-    -- confirmation record of its own (HEAP_CONFIRM), a row without a key too.
     INSERT INTO tenant_jobs (tenant_id, created_at, job_id)
     SELECT $2, coalesce($3::timestamptz, statement_timestamp()), n.id
       FROM item n

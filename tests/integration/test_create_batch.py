@@ -5,7 +5,8 @@ statement would have given it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
 from decimal import Decimal
 
 import asyncpg
@@ -14,7 +15,10 @@ import pytest
 from jobstream import creates, new_jobs
 from jobstream.errors import BudgetExceeded, IdempotencyConflict, RateLimited
 from jobstream.jobspec import JobSpec
+from jobstream.sql import queries
 from tests.support.polling import eventually, lock_waits
+
+CreateOutcome = new_jobs.Created | new_jobs.Refusal
 
 
 def new(prompt: str, key: str | None = None) -> new_jobs.NewJob:
@@ -177,3 +181,52 @@ async def test_keys_promised_in_order_must_ascend_across_chunks(pool: asyncpg.Po
     with pytest.raises(ValueError, match="ascending key order"):
         await creates.create_batch(pool, "default", chunked(descending, 5), in_key_order=True)
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 20
+
+
+async def key_taken_meanwhile(
+    pool: asyncpg.Pool, key: str, create: Callable[[], Awaitable[list[CreateOutcome]]]
+) -> tuple[uuid.UUID, list[CreateOutcome]]:
+    """`create` runs while another transaction has inserted a job with `key` and not committed:
+    it waits for that key, then the other commits. The job the other made, and what `create`
+    answered."""
+    first = new("first", key)
+    [job_id] = new_jobs_ids = [str(uuid.uuid4())]
+    async with pool.acquire() as other:
+        tx = other.transaction()
+        await tx.start()
+        args = new_jobs.insert_args(new_jobs_ids, "default", [first], None)
+        [made] = await other.fetch(queries.INSERT_JOBS, *args)
+        assert made["id"] is not None
+        writing = asyncio.ensure_future(create())
+        await eventually(lambda: lock_waits(pool), lambda n: n == 1, what="the create waits")
+        await tx.commit()
+        return uuid.UUID(job_id), await writing
+
+
+async def test_a_create_that_loses_the_race_for_its_key_answers_with_the_winners_job(
+    pool: asyncpg.Pool,
+) -> None:
+    # Its plain insert of the key fails once the other commits; sent again, it finds the key
+    # taken and answers with that job (INSERT_JOBS, creates.KEY_RACE_TRIES).
+    winner, [outcome] = await key_taken_meanwhile(
+        pool, "k", lambda: creates.create_many(pool, "default", [new("first", "k")])
+    )
+    assert isinstance(outcome, new_jobs.Created) and not outcome.created
+    assert outcome.job.id == winner
+    assert list((await prompts(pool)).values()) == ["first"]
+
+
+async def test_a_batch_that_loses_the_race_for_a_key_is_written_again_whole(
+    pool: asyncpg.Pool,
+) -> None:
+    items = [new(f"p{i}") for i in range(10)] + [new("first", "k"), new("z", "z")]
+    winner, outcomes = await key_taken_meanwhile(
+        pool, "k", lambda: creates.create_batch(pool, "default", chunked(items, 5))
+    )
+    assert [isinstance(o, new_jobs.Created) and o.created for o in outcomes] == [True] * 10 + [
+        False,
+        True,
+    ]
+    replay = outcomes[10]
+    assert isinstance(replay, new_jobs.Created) and replay.job.id == winner
+    assert sorted((await prompts(pool)).values()) == sorted(i.spec.prompt for i in items)
