@@ -537,6 +537,19 @@ SELECT r.job_id, x.seq, r.attempt, x.type, x.data, r.created_at
 -- whose test reads these two functions). Both are one plain expression, so PostgreSQL inlines
 -- them into the statements that call them: no function call per row or per statement.
 
+-- When attempt `attempt` of job `job` began: the time of the event row that opened its log
+-- (claim_jobs stamps it with the attempt's start). For readers that do not have the start the
+-- claim returned: the reaper, and the lists of a job's attempts, whose running one has no
+-- `job_attempts` row (schema version 23, job_attempts says why). One descent of the log's key,
+-- then its rows up to the attempt's first.
+CREATE OR REPLACE FUNCTION attempt_started_at(job uuid, attempt integer) RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT e.created_at FROM job_events e
+     WHERE e.job_id = job AND e.attempt = attempt_started_at.attempt
+     ORDER BY e.seq
+     LIMIT 1
+$$;
+
 -- Element-wise sum of two histograms' counts; NULL stands for none. The upserts of metric_totals
 -- merge with it, and sum_counts below folds many rows.
 CREATE OR REPLACE FUNCTION add_counts(a bigint[], b bigint[]) RETURNS bigint[]

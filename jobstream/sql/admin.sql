@@ -97,10 +97,7 @@ SELECT attempt, worker_id, outcome, error_class, error_detail, error_trace, prov
  WHERE job_id = $1
 UNION ALL
 SELECT j.attempts, j.worker_id, 'running', NULL, NULL, NULL, j.provider, j.payload->>'model',
-       NULL, NULL, NULL, true, NULL,
-       (SELECT e.created_at FROM job_events e
-         WHERE e.job_id = j.id AND e.attempt = j.attempts ORDER BY e.seq LIMIT 1),
-       NULL
+       NULL, NULL, NULL, true, NULL, attempt_started_at(j.id, j.attempts), NULL
   FROM jobs j
  WHERE j.id = $1 AND j.status IN ('running', 'cancelling')
    AND NOT EXISTS (SELECT FROM job_attempts a WHERE a.job_id = j.id AND a.attempt = j.attempts)

@@ -58,12 +58,9 @@ WITH input AS (
               i.cost, i.cost_known, i.price_source, i.model, i.last_chunk,
               coalesce(i.charge, i.cost) AS charge, old.reserved_usd AS held,
               -- The attempt's start as its claim returned it (claims.Claimed.started_at); else
-              -- the time of the event row that opened its log (job_attempts in schema.sql).
-              coalesce(i.started_at,
-                       (SELECT e.created_at FROM job_events e
-                         WHERE e.job_id = j.id AND e.attempt = i.attempt
-                         ORDER BY e.seq LIMIT 1),
-                       j.finished_at) AS started_at
+              -- the time of the event row that opened its log (attempt_started_at, schema.sql).
+              coalesce(i.started_at, attempt_started_at(j.id, i.attempt), j.finished_at)
+                AS started_at
 ), timed AS (
     SELECT *, extract(epoch FROM finished_at - started_at)::float8 AS run_s FROM done
 ), legacy AS (
@@ -203,11 +200,9 @@ RETURNING *
 WITH held AS (
     SELECT j.id, j.worker_id, j.provider, j.payload->>'model' AS claim_model,
            -- The attempt's start as its claim returned it ($16), or, for the reaper, the time
-           -- of the event row that opened its log (job_attempts in schema.sql).
-           coalesce($16::timestamptz,
-                    (SELECT e.created_at FROM job_events e
-                      WHERE e.job_id = j.id AND e.attempt = $2 ORDER BY e.seq LIMIT 1),
-                    $11::timestamptz, statement_timestamp()) AS started_at
+           -- of the event row that opened its log (attempt_started_at, schema.sql).
+           coalesce($16::timestamptz, attempt_started_at(j.id, $2), $11::timestamptz,
+                    statement_timestamp()) AS started_at
       FROM jobs j
      WHERE j.id = $1 AND j.attempts = $2 AND j.run_token = $15
        AND j.status IN ('running', 'cancelling')

@@ -10,18 +10,15 @@ SELECT * FROM jobs WHERE id = $1 AND tenant_id = $2 FOR UPDATE
 
 -- name: SELECT_ATTEMPTS
 -- The ended attempts' rows, and the running one from its job's row and, for its start, the
--- event row that opened its log: its `job_attempts` row is written at its end (schema.sql says
--- why), unless a worker of version 22 claimed it.
+-- event row that opened its log (attempt_started_at, schema.sql): its `job_attempts` row is
+-- written at its end (schema.sql says why), unless a worker of version 22 claimed it.
 SELECT attempt, worker_id, started_at, finished_at, outcome, error_class, error_detail, provider,
        model, input_tokens, output_tokens, cost_usd, cost_known, price_source, cancel_confirmed
   FROM job_attempts
  WHERE job_id = $1
 UNION ALL
-SELECT j.attempts, j.worker_id,
-       (SELECT e.created_at FROM job_events e
-         WHERE e.job_id = j.id AND e.attempt = j.attempts ORDER BY e.seq LIMIT 1),
-       NULL, 'running', NULL, NULL, j.provider, j.payload->>'model', NULL, NULL, NULL, true, NULL,
-       NULL
+SELECT j.attempts, j.worker_id, attempt_started_at(j.id, j.attempts), NULL, 'running', NULL,
+       NULL, j.provider, j.payload->>'model', NULL, NULL, NULL, true, NULL, NULL
   FROM jobs j
  WHERE j.id = $1 AND j.status IN ('running', 'cancelling')
    AND NOT EXISTS (SELECT FROM job_attempts a WHERE a.job_id = j.id AND a.attempt = j.attempts)
