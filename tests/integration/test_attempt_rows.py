@@ -27,6 +27,15 @@ async def claim_one(pool: asyncpg.Pool, clock: ManualClock, worker_id: str = "w1
     return held
 
 
+async def lost_attempt(pool: asyncpg.Pool, clock: ManualClock, *, max_attempts: int) -> Claimed:
+    """A new job's attempt, claimed, whose lease then runs out and the reaper takes back."""
+    await create_job(pool, max_attempts=max_attempts)
+    held = await claim_one(pool, clock)
+    clock.advance(LEASE_S + 1)
+    assert await attempts.reap_expired(pool, clock) == 1
+    return held
+
+
 async def rows_of(pool: asyncpg.Pool, held: Claimed) -> list[asyncpg.Record]:
     return await pool.fetch(
         "SELECT attempt, outcome, worker_id, started_at, finished_at FROM job_attempts"
@@ -67,10 +76,7 @@ async def test_a_lost_attempt_gets_its_row_from_the_reaper_and_its_retry_one_of_
     pool: asyncpg.Pool,
 ) -> None:
     clock = manual_clock()
-    await create_job(pool, max_attempts=2)
-    lost = await claim_one(pool, clock)
-    clock.advance(LEASE_S + 1)
-    assert await attempts.reap_expired(pool, clock) == 1
+    lost = await lost_attempt(pool, clock, max_attempts=2)
     # The reaper knows no start but the one the attempt's log was opened with: the claim's.
     [row] = await rows_of(pool, lost)
     assert (row["outcome"], row["worker_id"]) == ("lost", "w1")
@@ -101,10 +107,7 @@ async def test_an_attempt_that_lost_its_job_writes_no_row_when_it_fails(
 ) -> None:
     # The reaper took the job back; the zombie's failure is refused whole, its row with it.
     clock = manual_clock()
-    await create_job(pool, max_attempts=3)
-    zombie = await claim_one(pool, clock)
-    clock.advance(LEASE_S + 1)
-    assert await attempts.reap_expired(pool, clock) == 1
+    zombie = await lost_attempt(pool, clock, max_attempts=3)
     error = {"class": "server_error", "message": "late"}
     with pytest.raises(Fenced):
         await attempts.fail(

@@ -189,12 +189,11 @@ async def key_taken_meanwhile(
     """`create` runs while another transaction has inserted a job with `key` and not committed:
     it waits for that key, then the other commits. The job the other made, and what `create`
     answered."""
-    first = new("first", key)
-    [job_id] = new_jobs_ids = [str(uuid.uuid4())]
+    job_id = str(uuid.uuid4())
     async with pool.acquire() as other:
         tx = other.transaction()
         await tx.start()
-        args = new_jobs.insert_args(new_jobs_ids, "default", [first], None)
+        args = new_jobs.insert_args([job_id], "default", [new("first", key)], None)
         [made] = await other.fetch(queries.INSERT_JOBS, *args)
         assert made["id"] is not None
         writing = asyncio.ensure_future(create())

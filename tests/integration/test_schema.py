@@ -224,24 +224,34 @@ VALUES ($1, 2, 1, 'reset', '{"attempt": 1, "reason": "first attempt"}'),
 """
 
 
-async def test_an_upgrade_from_version_19_under_way_loses_nothing(empty_url: str) -> None:
-    # The tables of version 19 (its migrations; this code's routines need version 21's
-    # columns), a job running and one queued; then the upgrade, and this version's worker
-    # statements finish both.
-    old = await db.connect(empty_url)
-    running, queued, token = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+async def upgraded_under_way(url: str, version: int) -> tuple[uuid.UUID, uuid.UUID, datetime]:
+    """The tables of `version` (its migrations: this code's routines may need later columns)
+    with a job running, its attempt's row written at its claim, and one queued (AT_VERSION_19);
+    then the upgrade to this version. The running job, the queued one, and the running
+    attempt's start as its row had it before the upgrade."""
+    old = await db.connect(url)
+    running, queued = uuid.uuid4(), uuid.uuid4()
     spec = JobSpec(prompt="under way", provider="simulated")
     try:
         for migration in migrations.migrations():
             text = migration.path.read_text()
-            if migration.version <= 19:
+            if migration.version <= version:
                 if migrations.has_statements(text):
                     await old.execute(text)
                 await old.execute(queries.RECORD_SCHEMA_VERSION, migration.version)
-        await old.execute(AT_VERSION_19, running, queued, spec.payload(), token)
+        await old.execute(AT_VERSION_19, running, queued, spec.payload(), uuid.uuid4())
+        started: datetime = await old.fetchval(
+            "SELECT started_at FROM job_attempts WHERE job_id = $1", running
+        )
         assert await migrations.apply_schema(old) == migrations.migrations()[-1].version
     finally:
         await old.close()
+    return running, queued, started
+
+
+async def test_an_upgrade_from_version_19_under_way_loses_nothing(empty_url: str) -> None:
+    # This version's worker statements finish both jobs of version 19.
+    running, queued, _ = await upgraded_under_way(empty_url, 19)
 
     pool = await db.create_pool(empty_url, min_size=1, max_size=2)
     try:
@@ -290,23 +300,7 @@ async def test_an_upgrade_from_version_22_under_way_loses_nothing(empty_url: str
     # the queued job is claimed by a worker of version 22 and succeeds, and another claimed so
     # is lost with that worker and reaped: each ends the row it has, and a job claimed since
     # has its row written at its end alone.
-    old = await db.connect(empty_url)
-    running, queued, token = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    spec = JobSpec(prompt="under way", provider="simulated")
-    try:
-        for migration in migrations.migrations():
-            text = migration.path.read_text()
-            if migration.version <= 22:
-                if migrations.has_statements(text):
-                    await old.execute(text)
-                await old.execute(queries.RECORD_SCHEMA_VERSION, migration.version)
-        await old.execute(AT_VERSION_19, running, queued, spec.payload(), token)
-        started = await old.fetchval(
-            "SELECT started_at FROM job_attempts WHERE job_id = $1", running
-        )
-        assert await migrations.apply_schema(old) == migrations.migrations()[-1].version
-    finally:
-        await old.close()
+    running, queued, started = await upgraded_under_way(empty_url, 22)
 
     pool = await db.create_pool(empty_url, min_size=1, max_size=2)
     try:
