@@ -16,6 +16,8 @@ from typing import ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from jobstream.server.shutdown import draining
+
 # Served connections get at most half the descriptors: the other half is for connections past
 # the cap (until they are answered 503 or reach their head deadline), the database pool, the
 # LISTEN connection and log files.
@@ -77,6 +79,9 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._stop_waiting()
         super().on_headers_complete()
+        if draining(self.server_state):
+            # Served, with Connection: close, and then closed: the server is stopping.
+            self.cycle.keep_alive = False
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
