@@ -10,6 +10,7 @@ import asyncpg
 from bench import http_load
 from bench import jobstream_side as side
 from bench import queue_common as common
+from bench.cpu_meter import CpuMeter
 from bench.queue_common import Drained, Snapshot, Steady
 from jobstream.sql import queries
 
@@ -74,6 +75,8 @@ async def drain(
         await asyncio.sleep(0.5)
         alive()
         flushes_before = await common.wal_flushes(conn)
+        meter = await CpuMeter.of(conn, [worker.pid for worker in workers])
+        meter.start()
         await conn.execute(
             "UPDATE provider_state SET paused_until = NULL WHERE provider = $1", side.PROVIDER
         )
@@ -84,6 +87,7 @@ async def drain(
             return left
 
         await common.poll_until_zero(unfinished, "jobstream drain", timeout_s=900, alive=alive)
+        cpu = meter.stop()
         row = await conn.fetchrow(
             "SELECT count(*) FILTER (WHERE status = 'succeeded') AS succeeded,"
             " extract(epoch FROM max(finished_at) - min(started_at))::float8 AS seconds"
@@ -98,7 +102,7 @@ async def drain(
     assert row is not None
     if row["succeeded"] != count:
         raise RuntimeError(f"jobstream drain: {row['succeeded']}/{count} jobs succeeded")
-    return Drained(count, row["seconds"], flushes)
+    return Drained(count, row["seconds"], flushes, cpu)
 
 
 # --- (b) steady state ---

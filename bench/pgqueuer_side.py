@@ -19,6 +19,7 @@ from pgqueuer.queries import EntrypointExecutionParameter, Queries
 from pgqueuer.types import QueueEntrypoint, QueueManagerId
 
 from bench import queue_common as common
+from bench.cpu_meter import CpuMeter
 from bench.jobstream_side import SPEC, keys
 from bench.pgqueuer_runner import ENTRYPOINT
 from bench.queue_common import Drained, Enqueued, Latency, Snapshot, Steady
@@ -110,6 +111,8 @@ async def drain(admin_url: str, *, count: int, processes: int, shape: Shape) -> 
         await common.settle(url)
         runners = await _runners(url, processes, shape)
         flushes_before = await common.wal_flushes(conn)
+        meter = await CpuMeter.of(conn, [runner.pid for runner in runners])
+        meter.start()
         await _start(runners)
 
         async def unfinished() -> int:
@@ -118,6 +121,7 @@ async def drain(admin_url: str, *, count: int, processes: int, shape: Shape) -> 
 
         alive = common.check_alive(runners)
         await common.poll_until_zero(unfinished, "pgqueuer drain", timeout_s=900, alive=alive)
+        cpu = meter.stop()
         row = await conn.fetchrow(
             "SELECT count(*) FILTER (WHERE status = 'successful') AS succeeded,"
             " extract(epoch FROM max(created) FILTER (WHERE status = 'successful')"
@@ -133,7 +137,7 @@ async def drain(admin_url: str, *, count: int, processes: int, shape: Shape) -> 
     assert row is not None
     if row["succeeded"] != count:
         raise RuntimeError(f"pgqueuer drain: {row['succeeded']}/{count} jobs succeeded")
-    return Drained(count, row["seconds"], common.since(flushes_after, flushes_before))
+    return Drained(count, row["seconds"], common.since(flushes_after, flushes_before), cpu)
 
 
 # --- (b) steady state ---

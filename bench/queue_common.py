@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from bench.cpu_meter import CpuSplit
 from jobstream import db
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -215,15 +216,23 @@ class Drained:
     jobs: int
     seconds: float  # first job started -> last job finished, by the database's clock
     wal_flushes: int | None  # WAL fsyncs in the cluster meanwhile; None before PostgreSQL 18
+    cpu: CpuSplit | None = None  # from the consumers' start to the last job's end; None: no /proc
 
     @property
     def rate(self) -> float:
         return self.jobs / self.seconds
 
+    def cpu_per_job_us(self) -> tuple[float, float] | None:
+        """CPU a job in µs: PostgreSQL's processes, the consumers'."""
+        return None if self.cpu is None else self.cpu.per_job_us(self.jobs)
+
     def __str__(self) -> str:
         text = f"{self.rate:8,.0f} jobs/s ({self.seconds:.2f} s"
         if self.wal_flushes is not None:
             text += f", {self.wal_flushes / self.jobs:.2f} WAL flushes a job"
+        cpu = self.cpu_per_job_us()
+        if cpu is not None:
+            text += f"; CPU a job: PostgreSQL {cpu[0]:.0f} µs, consumers {cpu[1]:.0f} µs"
         return text + ")"
 
 

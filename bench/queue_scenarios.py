@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 
 from bench import jobstream_calls, jobstream_workers, pgqueuer_side
-from bench.queue_common import Enqueued, Latency, Steady
+from bench.queue_common import Drained, Enqueued, Latency, Steady
 from bench.queue_options import Options
 from bench.queue_table import JOBSTREAM, PGQUEUER, Table
 
@@ -30,24 +30,35 @@ async def drain(options: Options, admin_url: str, table: Table, batch_api: bool)
     print(f"\n(a) drain: {options.drain_jobs:,} queued no-op jobs, first start -> last end")
     for processes in (1, 2):
         row = f"drain, {processes} process{'es' if processes > 1 else ''}"
+        rows = [row, f"{row}: PostgreSQL CPU a job", f"{row}: consumers' CPU a job"]
 
-        async def ours(processes: int = processes, row: str = row) -> str:
+        async def ours(processes: int = processes, rows: list[str] = rows) -> str:
             result = await jobstream_workers.drain(
                 admin_url, count=options.drain_jobs, processes=processes,
                 concurrency=options.drain_concurrency, batch_api=batch_api,
             )  # fmt: skip
-            table.add(row, "jobs/s", JOBSTREAM, result.rate)
+            _record_drain(table, rows, JOBSTREAM, result)
             return f"{result}, {processes} x {options.drain_concurrency} slots"
 
-        async def theirs(processes: int = processes, row: str = row) -> str:
+        async def theirs(processes: int = processes, rows: list[str] = rows) -> str:
             result = await pgqueuer_side.drain(
                 admin_url, count=options.drain_jobs, processes=processes, shape=options.pgq
             )
-            table.add(row, "jobs/s", PGQUEUER, result.rate)
+            _record_drain(table, rows, PGQUEUER, result)
             return f"{result}, {processes} x {options.pgq}"
 
         await _interleave(options, row, ours, theirs)
-        table.print_rows([row])
+        table.print_rows(rows)
+
+
+def _record_drain(table: Table, rows: list[str], side: str, result: Drained) -> None:
+    """The rate, and what a job cost each kind of process (bench/cpu_meter.py): a drain that
+    neither side runs at the cores' limit goes as fast as a job is cheap."""
+    rate, database, consumers = rows
+    table.add(rate, "jobs/s", side, result.rate)
+    cpu = result.cpu_per_job_us()
+    table.add(database, "µs", side, None if cpu is None else cpu[0])
+    table.add(consumers, "µs", side, None if cpu is None else cpu[1])
 
 
 async def steady(options: Options, admin_url: str, table: Table, batch_api: bool) -> None:

@@ -30,7 +30,9 @@ completion, and for jobstream its event log and attempt records.
     run` does (and as jobstream's worker does); batch_size 50, not its default 10, as
     its performance guide advises for short jobs (--pgq-consumers, --pgq-batch). On this 2-core
     machine 5 x 50 and 1 x 100 drained fastest of the shapes tried, about twice 5 x 10.
-    Also printed: the cluster's WAL fsyncs meanwhile, per job (pg_stat_io, PostgreSQL 18).
+    Also printed: the cluster's WAL fsyncs meanwhile, per job (pg_stat_io, PostgreSQL 18), and
+    the CPU a job cost PostgreSQL's processes and the consumer processes (bench/cpu_meter.py,
+    from /proc; over the drain and the last poll after it, so a --quick run's few jobs read high).
 (b) steady state: one consumer process of each as in (a); `--producers` tasks in this process
     enqueue `--producer-batch` jobs a call (jobstream: POST /api/jobs/batch when the server has it,
     else that many creates.create calls in a row; PgQueuer: one Queries.enqueue of a list), as fast
