@@ -66,7 +66,8 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
     The deadline runs from the connection's start, and from the end of each response, to the
     end of the next request head; bytes arriving do not extend it (a head sent a byte at a
     time is as late as a silent one). It does not run while a request is being answered, so an
-    SSE stream is never cut by it.
+    SSE stream is never cut by it. While the server drains (server/shutdown.py), a request is
+    its connection's last from the moment its head is read.
     """
 
     head_timeout_s: ClassVar[float] = 10.0
