@@ -12,11 +12,12 @@ import pytest
 
 from bench.cpu_meter import CpuMeter
 
-# A consumer that spends this much CPU, then says so and waits to be stopped (a process that
-# has exited is no longer in /proc, so the meter reads its consumers while they run).
+# A consumer that, once told to go, spends this much CPU, then says so and waits to be stopped
+# (a process that has exited is no longer in /proc, so the meter reads consumers while they run).
 BURN_S = 0.3
 CONSUMER = f"""
 import sys, time
+sys.stdin.readline()
 end = time.process_time() + {BURN_S}
 while time.process_time() < end:
     pass
@@ -39,6 +40,9 @@ async def test_the_consumers_cpu_is_theirs_and_the_clusters_includes_a_query(
         meter = await CpuMeter.of(conn, [consumer.pid])
         meter.start()
         started = time.monotonic()
+        assert consumer.stdin is not None
+        consumer.stdin.write(b"go\n")
+        await consumer.stdin.drain()
         # A query that only computes: about a fifth of a second of its backend's CPU here.
         await conn.fetchval("SELECT count(*) FROM generate_series(1, 3000000)")
         assert consumer.stdout is not None
