@@ -80,9 +80,11 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._stop_waiting()
         super().on_headers_complete()
-        if draining(self.server_state):
+        cycle = self.cycle
+        # No new cycle for a protocol upgrade: then there is none yet, or the last one's, done.
+        if draining(self.server_state) and cycle is not None and not cycle.response_complete:
             # Served, with Connection: close, and then closed: the server is stopping.
-            self.cycle.keep_alive = False
+            cycle.keep_alive = False
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
