@@ -533,10 +533,6 @@ SELECT r.job_id, x.seq, r.attempt, x.type, x.data, r.created_at
         UNION ALL
        SELECT r.seq, r.type, r.data) x;
 
--- Histograms: arrays of cumulative counts, one per bound of DURATION_BUCKETS (jobstream/types.py,
--- whose test reads these two functions). Both are one plain expression, so PostgreSQL inlines
--- them into the statements that call them: no function call per row or per statement.
-
 -- When attempt `attempt` of job `job` began: the time of the event row that opened its log
 -- (claim_jobs stamps it with the attempt's start). For readers that do not have the start the
 -- claim returned: the reaper, and the lists of a job's attempts, whose running one has no
@@ -549,6 +545,10 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
      ORDER BY e.seq
      LIMIT 1
 $$;
+
+-- Histograms: arrays of cumulative counts, one per bound of DURATION_BUCKETS (jobstream/types.py,
+-- whose test reads these two functions). Both are one plain expression, so PostgreSQL inlines
+-- them into the statements that call them: no function call per row or per statement.
 
 -- Element-wise sum of two histograms' counts; NULL stands for none. The upserts of metric_totals
 -- merge with it, and sum_counts below folds many rows.
