@@ -198,10 +198,13 @@ bench-queue: $(STAMP)
 	$(UV) -e '.[dev,bench]' || $(PIP) -e '.[dev,bench]'
 	$(BIN)/python -m bench.queue_side_by_side $(BENCH_ARGS)
 
-## WAL records, full-page images and bytes per no-op job, stage by stage and relation by
-## relation (bench/queue_wal.py; about a minute; BENCH_ARGS=--explain adds the claim's and the
-## success's EXPLAIN (ANALYZE, BUFFERS, WAL)). Needs PostgreSQL 18 (the embedded one).
+## WAL records, full-page images, bytes and the database's CPU per no-op job, stage by stage and
+## relation by relation, jobstream beside PgQueuer (bench/queue_wal.py; about two minutes;
+## BENCH_ARGS=--explain adds the claim's and the success's EXPLAIN (ANALYZE, BUFFERS, WAL),
+## --side jobstream leaves PgQueuer out). Installs the `bench` extra into the venv first. Needs
+## PostgreSQL 18 (the embedded one).
 bench-wal: $(STAMP)
+	$(UV) -e '.[dev,bench]' || $(PIP) -e '.[dev,bench]'
 	$(BIN)/python -m bench.queue_wal $(BENCH_ARGS)
 
 clean:

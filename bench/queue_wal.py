@@ -1,7 +1,8 @@
-"""WAL per no-op job, stage by stage: the baseline for a queue that rewrites fewer rows.
+"""WAL and the database's CPU per no-op job, stage by stage, jobstream beside PgQueuer.
 
     .venv/bin/python -m bench.queue_wal [--jobs 256] [--batch 16] [--create-batch 100]
                                         [--repeats 3] [--explain] [--no-keys]
+                                        [--no-checkpoint] [--side jobstream|pgqueuer|both]
 
 On a fresh durable embedded PostgreSQL (fsync and full_page_writes on; or DATABASE_URL, whose
 server must allow CREATE DATABASE and pg_walinspect), each repeat makes a database afresh and
@@ -19,21 +20,27 @@ bench/jobstream_side.py) through their lives with the product's own calls, on on
   renew    apart, not in a no-op job's life: one lease renewal (renewals.renew_many) of --batch
            running jobs, which a job pays every third of its lease (JOBSTREAM_LEASE_S / 3).
 Each claim and success is followed by its NOTIFY statement (events.announce), counted with it.
+PgQueuer 1.6.0 goes through the same create, claim and success with its own statements, in a
+database of its own, each repeat's two sides one after the other, in turns which goes first
+(bench/pgqueuer_wal.py says how).
 A CHECKPOINT comes before every measured batch, so each batch pays the full-page images of the
-pages it touches first: FPI are reported apart, and the bytes they take. A warm-up life of one
-batch, unmeasured, fills the connection's caches first. Autovacuum is off on the database's
+pages it touches first: FPI are reported apart, and the bytes they take (--no-checkpoint: only
+where PostgreSQL's own checkpoints fall, as under steady load). A warm-up life of one batch,
+unmeasured, fills the connection's caches first. Autovacuum is off on the database's
 tables, so that no other process writes between a batch's two readings (bench/wal_meter.py).
 
-Per stage: WAL records, FPI and bytes a job (min / median / max over the repeats), and for the
-median repeat the heap rows inserted / updated (HOT) / deleted a job (pg_stat_user_tables), the
-index entries a job (btree leaf inserts, from the records), and which relation each record went
-to. Figures are printed, never asserted.
+Per stage: WAL records, FPI, bytes and the backend's CPU a job (min / median / max over the
+repeats; the CPU from /proc, when the server runs on this machine), and for the median repeat
+the heap rows inserted / updated (HOT) / deleted a job (pg_stat_user_tables), the index entries
+a job (btree leaf inserts, from the records), and which relation each record went to. Then the
+two sides' medians stage by stage, and their ratio. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import statistics
 import sys
@@ -69,6 +76,7 @@ USAGE = Usage(input_tokens=1, output_tokens=1, cost_usd=Decimal("0.000002"), mod
 QUEUE = ("create", "claim", "success")
 JANITOR = ("settle", "delete")
 STAGES = (*QUEUE, *JANITOR, "renew")
+SIDES = ("jobstream", "pgqueuer")
 
 Work = Callable[[], Awaitable[object]]
 # Runs one batch of a stage: measure(stage, jobs, work).
@@ -84,6 +92,9 @@ class Options:
     explain: bool
     # Creates with idempotency keys (the default) or without.
     keyed: bool = True
+    # A CHECKPOINT before every measured batch (Meter.open).
+    checkpoint: bool = True
+    sides: tuple[str, ...] = SIDES
 
 
 async def prepare(admin_url: str) -> str:
@@ -182,11 +193,15 @@ async def unmeasured(_stage: str, _jobs: int, work: Work) -> None:
     await work()
 
 
-async def one_repeat(admin_url: str, options: Options) -> dict[str, Sample]:
+async def one_repeat(
+    admin_url: str, options: Options, side: str = "jobstream"
+) -> dict[str, Sample]:
     """One life of options.jobs jobs on a fresh database: each stage's batches summed."""
+    if side == "pgqueuer":
+        return await pgqueuer_repeat(admin_url, options)
     url = await prepare(admin_url)
     pool = await db.create_pool(url, min_size=1, max_size=1)
-    meter = await Meter.open(url, pool)
+    meter = await Meter.open(url, pool, checkpoint=options.checkpoint)
     samples: dict[str, list[Sample]] = {stage: [] for stage in STAGES}
 
     async def measured(stage: str, jobs: int, work: Work) -> None:
@@ -209,6 +224,34 @@ async def one_repeat(admin_url: str, options: Options) -> dict[str, Sample]:
     return {stage: Sample.total(got) for stage, got in samples.items()}
 
 
+async def pgqueuer_repeat(admin_url: str, options: Options) -> dict[str, Sample]:
+    """PgQueuer's side of one repeat: its create, claim and success, after a warm-up life."""
+    # Here, not at the top: PgQueuer is in the `bench` extra only (make bench-wal installs it),
+    # and the suite imports this module without it.
+    from bench import pgqueuer_wal
+
+    url = await pgqueuer_wal.prepare(admin_url)
+    # PgQueuer's connections as its side of the drains makes them (asyncpg's default codecs).
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=1)
+    meter = await Meter.open(url, pool, checkpoint=options.checkpoint)
+    samples: dict[str, list[Sample]] = {stage: [] for stage in QUEUE}
+
+    async def measured(stage: str, jobs: int, work: Work) -> None:
+        samples[stage].append(await meter.measure(jobs, work))
+
+    try:
+        batch = options.batch
+        await pgqueuer_wal.life(pool, unmeasured, jobs=batch, batch=batch, create_batch=batch,
+                                keyed=options.keyed)  # fmt: skip
+        await pgqueuer_wal.life(pool, measured, jobs=options.jobs, batch=batch,
+                                create_batch=options.create_batch, keyed=options.keyed)  # fmt: skip
+    finally:
+        await meter.close()
+        await pool.close()
+        await pgqueuer_wal.drop(admin_url)
+    return {stage: Sample.total(got) for stage, got in samples.items()}
+
+
 # --- figures ---
 
 
@@ -226,14 +269,17 @@ class PerJob:
     moved: float
     dele: float
     index_entries: float
+    # µs of the backend's CPU; NaN when the server's /proc is not this machine's.
+    cpu_us: float
 
     @classmethod
     def of(cls, sample: Sample) -> PerJob:
         n, rows = sample.jobs, sample.rows
+        cpu_us = math.nan if sample.cpu_s is None else sample.cpu_s / n * 1e6
         return cls(
             sample.records / n, sample.fpi / n, sample.bytes / n, sample.fpi_bytes / n,
             rows.ins / n, rows.upd / n, rows.hot / n, rows.moved / n, rows.dele / n,
-            sample.index_entries / n,
+            sample.index_entries / n, cpu_us,
         )  # fmt: skip
 
     def __add__(self, other: PerJob) -> PerJob:
@@ -244,9 +290,11 @@ class PerJob:
 
 def per_job(repeat: dict[str, Sample]) -> dict[str, PerJob]:
     """Each stage a job, and the totals: the queue's (create, claim, success) and with the
-    janitor's (a job's whole life); renewal stays apart."""
+    janitor's (a job's whole life); renewal stays apart. PgQueuer's side has the queue's."""
     figures = {stage: PerJob.of(sample) for stage, sample in repeat.items()}
     queue = sum((figures[s] for s in QUEUE[1:]), figures[QUEUE[0]])
+    if "renew" not in figures:
+        return {**{s: figures[s] for s in QUEUE}, "queue total": queue}
     whole = sum((figures[s] for s in JANITOR), queue)
     return {**{s: figures[s] for s in (*QUEUE, *JANITOR)}, "queue total": queue,
             "life total": whole, "renew": figures["renew"]}  # fmt: skip
@@ -267,7 +315,7 @@ def table(repeats: list[dict[str, Sample]], options: Options) -> str:
     lines = [
         f"{'stage':<12} {'batch':>5}  {'WAL records/job':>19}  {'FPI/job':>16}  "
         f"{'bytes/job w/o FPI':>18}  {'FPI bytes':>9}  {'heap ins/upd (HOT, moved)/del':>34}  "
-        f"{'index entries':>13}"
+        f"{'index entries':>13}  {'CPU µs/job':>16}"
     ]
     for stage in figures[0]:
         got = [f[stage] for f in figures]
@@ -281,8 +329,33 @@ def table(repeats: list[dict[str, Sample]], options: Options) -> str:
             f"{stage:<12} {batch:>5}  {_spread([g.records for g in got], 2):>19}  "
             f"{_spread([g.fpi for g in got], 2):>16}  "
             f"{_spread([g.bytes - g.fpi_bytes for g in got], 0):>18}  "
-            f"{med['fpi_bytes']:>9.0f}  {rows:>34}  {med['index_entries']:>13.2f}"
+            f"{med['fpi_bytes']:>9.0f}  {rows:>34}  {med['index_entries']:>13.2f}  "
+            f"{_spread([g.cpu_us for g in got], 0):>16}"
         )
+    return "\n".join(lines)
+
+
+def side_by_side(runs: dict[str, list[dict[str, Sample]]]) -> str:
+    """The queue's stages, each side's median a job and jobstream / PgQueuer: WAL records, all
+    bytes (FPI too), bytes other than FPI, the backend's CPU."""
+    figures = {side: [per_job(r) for r in repeats] for side, repeats in runs.items()}
+    measures = (("WAL records", "records", 2), ("WAL bytes", "bytes", 0),
+                ("bytes w/o FPI", "no_fpi", 0), ("CPU µs", "cpu_us", 1))  # fmt: skip
+    lines = [f"{'stage':<12} {'a job':<14} {'jobstream':>10} {'PgQueuer':>10} {'js/pgq':>7}"]
+    for stage in (*QUEUE, "queue total"):
+        for label, name, digits in measures:
+            med = {}
+            for side, got in figures.items():
+                values = [
+                    g[stage].bytes - g[stage].fpi_bytes if name == "no_fpi"
+                    else getattr(g[stage], name)
+                    for g in got
+                ]  # fmt: skip
+                med[side] = statistics.median(values)
+            js, pgq = med["jobstream"], med["pgqueuer"]
+            ratio = js / pgq if pgq else math.nan
+            lines.append(f"{stage:<12} {label:<14} {js:>10.{digits}f} {pgq:>10.{digits}f}"
+                         f" {ratio:>7.2f}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -388,10 +461,16 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--explain", action="store_true", help="print the plans too")
     parser.add_argument("--no-keys", action="store_true", help="creates without idempotency keys")
-    args = parser.parse_args(argv)
-    return Options(
-        args.jobs, args.batch, args.create_batch, args.repeats, args.explain, not args.no_keys
+    parser.add_argument(
+        "--no-checkpoint", action="store_true", help="no CHECKPOINT before each measured batch"
     )
+    parser.add_argument("--side", choices=(*SIDES, "both"), default="both")
+    args = parser.parse_args(argv)
+    sides = SIDES if args.side == "both" else (args.side,)
+    return Options(
+        args.jobs, args.batch, args.create_batch, args.repeats, args.explain, not args.no_keys,
+        checkpoint=not args.no_checkpoint, sides=sides,
+    )  # fmt: skip
 
 
 async def describe(admin_url: str) -> str:
@@ -411,25 +490,35 @@ async def describe(admin_url: str) -> str:
 
 async def run(options: Options, admin_url: str) -> None:
     print(await describe(admin_url), flush=True)
+    checkpoints = (
+        "a CHECKPOINT before every measured batch" if options.checkpoint else "no CHECKPOINT"
+    )
+    keyed = "keyed" if options.keyed else "without keys"
     print(
         f"{options.jobs} jobs a repeat; claims and successes of {options.batch}, creates of "
-        f"{options.create_batch}; a CHECKPOINT before every measured batch",
+        f"{options.create_batch} ({keyed}); {checkpoints}; sides: {', '.join(options.sides)}",
         flush=True,
     )
-    repeats: list[dict[str, Sample]] = []
+    runs: dict[str, list[dict[str, Sample]]] = {side: [] for side in options.sides}
     for n in range(options.repeats):
-        repeat = await one_repeat(admin_url, options)
-        repeats.append(repeat)
-        total = per_job(repeat)["queue total"]
-        print(f"repeat {n + 1}: queue {total.records:.2f} records, {total.bytes:.0f} bytes a job"
-              f" ({total.fpi_bytes:.0f} of them FPI)",
-              flush=True)  # fmt: skip
-    print("\n" + table(repeats, options))
-    by_records = sorted(repeats, key=lambda r: per_job(r)["queue total"].records)
-    print(
-        "\nWhere the records go (the median repeat), a job:\n"
-        + places(by_records[len(by_records) // 2])
-    )
+        # In turns which side goes first: the machine's noise drifts over a run.
+        order = options.sides if n % 2 == 0 else options.sides[::-1]
+        for side in order:
+            repeat = await one_repeat(admin_url, options, side)
+            runs[side].append(repeat)
+            total = per_job(repeat)["queue total"]
+            print(f"repeat {n + 1}, {side}: queue {total.records:.2f} records,"
+                  f" {total.bytes:.0f} bytes ({total.fpi_bytes:.0f} of them FPI),"
+                  f" {total.cpu_us:.0f} µs of CPU a job", flush=True)  # fmt: skip
+    for side, repeats in runs.items():
+        print(f"\n{side}:\n" + table(repeats, options))
+        by_records = sorted(repeats, key=lambda r: per_job(r)["queue total"].records)
+        print(
+            f"\nWhere {side}'s records go (the median repeat), a job:\n"
+            + places(by_records[len(by_records) // 2])
+        )
+    if len(runs) == len(SIDES):
+        print("\nSide by side, medians a job:\n" + side_by_side(runs))
     if options.explain:
         print("\n" + await explain(admin_url, options.batch))
 

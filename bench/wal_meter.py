@@ -7,7 +7,10 @@ two accounts of the same WAL, which must agree:
 - the records themselves between the insert positions before and after (pg_walinspect), each
   put to the relation of its first block (a table, an index, a catalog) or, without blocks, to
   its kind (a commit). Records the bgwriter logs on its own (Standby RUNNING_XACTS) are left out.
-And the tables' row counters (pg_stat_user_tables): rows inserted, updated (HOT), deleted.
+And the tables' row counters (pg_stat_user_tables): rows inserted, updated (HOT), deleted; and
+the CPU the backend spent on the batch, from Linux's /proc/<pid>/schedstat (nanoseconds on a
+core, where /proc/<pid>/stat counts ticks of 10 ms, longer than a batch), when the server runs
+on this machine.
 
 A backend publishes its counters when it goes idle, at most once a second unless asked:
 pg_stat_force_next_flush() on the worker's connection before each reading makes them current.
@@ -18,6 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import astuple, dataclass, field
+from pathlib import Path
 
 import asyncpg
 
@@ -132,6 +136,8 @@ class Sample:
     places: dict[str, Place] = field(default_factory=dict)
     backend: Counts = Counts()
     tables: dict[str, Rows] = field(default_factory=dict)
+    # Seconds the backend ran on a core; None when its /proc is not this machine's.
+    cpu_s: float | None = 0.0
 
     @property
     def records(self) -> int:
@@ -170,6 +176,10 @@ class Sample:
         self.backend = self.backend + other.backend
         for name, rows in other.tables.items():
             self.tables[name] = self.tables.get(name, Rows()) + rows
+        if self.cpu_s is None or other.cpu_s is None:
+            self.cpu_s = None
+        else:
+            self.cpu_s += other.cpu_s
 
     @classmethod
     def total(cls, samples: Iterable[Sample]) -> Sample:
@@ -179,36 +189,53 @@ class Sample:
         return whole
 
 
+def _cpu_ns(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):  # another machine's backend, or no /proc
+        return None
+
+
 class Meter:
     """Measures batches of work on `pool`, a pool of one connection, from its own connection."""
 
-    def __init__(self, observer: asyncpg.Connection, pool: asyncpg.Pool, pid: int) -> None:
+    def __init__(
+        self, observer: asyncpg.Connection, pool: asyncpg.Pool, pid: int, *, checkpoint: bool
+    ) -> None:
         self._observer = observer
         self._pool = pool
         self._pid = pid
+        self._checkpoint = checkpoint
 
     @classmethod
-    async def open(cls, url: str, pool: asyncpg.Pool) -> Meter:
+    async def open(cls, url: str, pool: asyncpg.Pool, *, checkpoint: bool = True) -> Meter:
+        """`checkpoint`: a CHECKPOINT before every batch (measure's docstring says why); off,
+        a batch pays full-page images only for pages no batch touched since the last one
+        PostgreSQL made of its own accord, as a server under steady load does."""
         if pool.get_max_size() != 1:
             raise ValueError("the meter reads one backend's counters: a pool of one connection")
         observer = await asyncpg.connect(url)
         await observer.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         pid = await pool.fetchval("SELECT pg_backend_pid()")
-        return cls(observer, pool, pid)
+        return cls(observer, pool, pid, checkpoint=checkpoint)
 
     async def close(self) -> None:
         await self._observer.close()
 
     async def measure(self, jobs: int, work: Callable[[], Awaitable[object]]) -> Sample:
-        """Run `work` (on the pool) and return what it wrote. A CHECKPOINT first, so that
-        every batch pays for the full-page images of the pages it touches first."""
-        await self._observer.execute("CHECKPOINT")
+        """Run `work` (on the pool) and return what it wrote. A CHECKPOINT first (unless the
+        meter was opened without), so that every batch pays for the full-page images of the
+        pages it touches first: the same for every batch, whatever ran before it."""
+        if self._checkpoint:
+            await self._observer.execute("CHECKPOINT")
         await self._flush()
         # The LSN last before and first after: the observer's own reads of the catalogs may
         # write (hint bits after a checkpoint, in full pages), and must land outside the range.
         tables, counts = await self._tables(), await self._counts()
         lsn = await self._lsn()
+        cpu_before = _cpu_ns(self._pid)
         await work()
+        cpu_after = _cpu_ns(self._pid)
         await self._flush()
         lsn_after = await self._lsn()
         counts_after, tables_after = await self._counts(), await self._tables()
@@ -234,7 +261,10 @@ class Meter:
             for name, after in tables_after.items()
             if (delta := after - tables.get(name, Rows())) != Rows()
         }
-        return Sample(jobs, places, counts_after - counts, changed)
+        cpu_s = None
+        if cpu_before is not None and cpu_after is not None:
+            cpu_s = (cpu_after - cpu_before) / 1e9
+        return Sample(jobs, places, counts_after - counts, changed, cpu_s)
 
     async def _flush(self) -> None:
         # Flushed when the backend next goes idle: right after this statement.

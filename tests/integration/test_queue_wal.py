@@ -51,6 +51,9 @@ async def test_a_life_measured_stage_by_stage(own_cluster: str) -> None:
         for sample in got:
             assert sample.agrees, (stage, sample.backend, sample.records, sample.bytes)
             assert sample.records > 0
+            # The backend runs on this machine: its CPU is read, and a batch's statements took
+            # some (a statement is tens of microseconds at least; the figure is nanoseconds).
+            assert sample.cpu_s is not None and sample.cpu_s > 0, (stage, sample.cpu_s)
     stages = {stage: Sample.total(got) for stage, got in samples.items() if got}
     assert [s.jobs for s in stages.values()] == [JOBS] * 5
     assert [len(samples[s]) for s in ("create", "claim", "success")] == [1, 2, 2]
