@@ -7,7 +7,8 @@
 On a fresh durable embedded PostgreSQL (fsync and full_page_writes on; or DATABASE_URL, whose
 server must allow CREATE DATABASE and pg_walinspect), each repeat makes a database afresh and
 takes `--jobs` no-op jobs of bench-queue's kind (the simulated provider, one token, no delays;
-bench/jobstream_side.py) through their lives with the product's own calls, on one connection:
+bench/jobstream_side.py) through their lives with the product's own calls, the creates on a
+connection like the server's and the rest on one like the worker's (generic plans):
   create   jobstream_side.create_many (creates.create_many, INSERT_JOBS, idempotency keys on;
            off with --no-keys) in batches of --create-batch;
   claim    claims.claim_batch (claim_jobs, schema.sql) of --batch jobs, as a worker claims for
@@ -123,13 +124,16 @@ async def life(
     batch: int,
     create_batch: int,
     keyed: bool = True,
+    server: asyncpg.Pool | None = None,
 ) -> None:
-    """`jobs` no-op jobs through every stage, each batch run by `measure(jobs, work)`."""
+    """`jobs` no-op jobs through every stage, each batch run by `measure(jobs, work)`: the
+    creates on `server` (a pool like the server's; None: `pool`), the rest on `pool`."""
+    creator = pool if server is None else server
     for start in range(0, jobs, create_batch):
         n = min(create_batch, jobs - start)
 
         async def create(n: int = n) -> None:
-            await jobstream_side.create_many(pool, n, keyed=keyed)
+            await jobstream_side.create_many(creator, n, keyed=keyed)
 
         await measure("create", n, create)
     held: list[Claimed] = []
@@ -200,26 +204,37 @@ async def one_repeat(
     if side == "pgqueuer":
         return await pgqueuer_repeat(admin_url, options)
     url = await prepare(admin_url)
-    pool = await db.create_pool(url, min_size=1, max_size=1)
-    meter = await Meter.open(url, pool, checkpoint=options.checkpoint)
+    # Each stage on a connection like the one that runs it in production: the creates on the
+    # server's (plans left to PostgreSQL), the rest on the worker's (generic plans: a claim
+    # planned at every call cost the backend 0.6 ms more; db.create_pool).
+    server = await db.create_pool(url, min_size=1, max_size=1)
+    pool = await db.create_pool(url, min_size=1, max_size=1, generic_plans=True)
+    meters = {
+        "server": await Meter.open(url, server, checkpoint=options.checkpoint),
+        "worker": await Meter.open(url, pool, checkpoint=options.checkpoint),
+    }
     samples: dict[str, list[Sample]] = {stage: [] for stage in STAGES}
 
     async def measured(stage: str, jobs: int, work: Work) -> None:
+        meter = meters["server" if stage == "create" else "worker"]
         samples[stage].append(await meter.measure(jobs, work))
 
     try:
-        # The warm-up: the connection's caches and prepared statements, the backend's counter
+        # The warm-up: the connections' caches and prepared statements, the backends' counter
         # rows (metric_totals), a first renewal.
         batch = options.batch
         await life(pool, unmeasured, jobs=batch, batch=batch, create_batch=batch,
-                   keyed=options.keyed)  # fmt: skip
+                   keyed=options.keyed, server=server)  # fmt: skip
         await renewal(pool, unmeasured, batch)
         await life(pool, measured, jobs=options.jobs, batch=batch,
-                   create_batch=options.create_batch, keyed=options.keyed)  # fmt: skip
+                   create_batch=options.create_batch, keyed=options.keyed,
+                   server=server)  # fmt: skip
         await renewal(pool, measured, batch)
     finally:
-        await meter.close()
+        for meter in meters.values():
+            await meter.close()
         await pool.close()
+        await server.close()
         await common.drop_database(admin_url, DATABASE)
     return {stage: Sample.total(got) for stage, got in samples.items()}
 
