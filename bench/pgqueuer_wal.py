@@ -15,7 +15,6 @@ own per job (a heartbeat per consumer).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import asyncpg
@@ -28,14 +27,12 @@ from bench import pgqueuer_side
 from bench import queue_common as common
 from bench.jobstream_side import keys
 from bench.pgqueuer_runner import ENTRYPOINT
+from bench.queue_wal import Measure
 
 DATABASE = pgqueuer_side.DATABASE
 # How long a picked job's heartbeat may be silent before another consumer may take it: never
 # reached here, each batch ends at once.
 HEARTBEAT_TIMEOUT = timedelta(seconds=30)
-
-Work = Callable[[], Awaitable[object]]
-Measure = Callable[[str, int, Work], Awaitable[None]]
 
 
 async def prepare(admin_url: str) -> str:
@@ -43,8 +40,7 @@ async def prepare(admin_url: str) -> str:
     url = await pgqueuer_side.prepare(admin_url)
     conn = await asyncpg.connect(url)
     try:
-        for table in await conn.fetch("SELECT relname FROM pg_stat_user_tables"):
-            await conn.execute(f'ALTER TABLE "{table["relname"]}" SET (autovacuum_enabled = false)')
+        await common.autovacuum_off(conn)
     finally:
         await conn.close()
     return url

@@ -97,6 +97,13 @@ async def drop_database(admin_url: str, name: str) -> None:
     await _administer(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+async def autovacuum_off(conn: asyncpg.Connection) -> None:
+    """No autovacuum on the database's tables: bench.queue_wal's meter reads every record
+    written between a batch's two readings, and a vacuum's would land among them."""
+    for table in await conn.fetch("SELECT relname FROM pg_stat_user_tables"):
+        await conn.execute(f'ALTER TABLE "{table["relname"]}" SET (autovacuum_enabled = false)')
+
+
 def database_env(url: str, pooled_url: str | None) -> dict[str, str]:
     """A jobstream process's database settings: `url` alone, or the pool through PgBouncer's
     `pooled_url` and the sessions direct on `url`."""

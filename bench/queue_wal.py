@@ -105,8 +105,7 @@ async def prepare(admin_url: str) -> str:
     try:
         await migrations.apply_schema(conn)
         await conn.execute("UPDATE tenants SET max_running = 100000")
-        for table in await conn.fetch("SELECT relname FROM pg_stat_user_tables"):
-            await conn.execute(f'ALTER TABLE "{table["relname"]}" SET (autovacuum_enabled = false)')
+        await common.autovacuum_off(conn)
     finally:
         await conn.close()
     return url
@@ -287,6 +286,10 @@ class PerJob:
     # µs of the backend's CPU; NaN when the server's /proc is not this machine's.
     cpu_us: float
 
+    @property
+    def bytes_without_fpi(self) -> float:
+        return self.bytes - self.fpi_bytes
+
     @classmethod
     def of(cls, sample: Sample) -> PerJob:
         n, rows = sample.jobs, sample.rows
@@ -343,7 +346,7 @@ def table(repeats: list[dict[str, Sample]], options: Options) -> str:
         lines.append(
             f"{stage:<12} {batch:>5}  {_spread([g.records for g in got], 2):>19}  "
             f"{_spread([g.fpi for g in got], 2):>16}  "
-            f"{_spread([g.bytes - g.fpi_bytes for g in got], 0):>18}  "
+            f"{_spread([g.bytes_without_fpi for g in got], 0):>18}  "
             f"{med['fpi_bytes']:>9.0f}  {rows:>34}  {med['index_entries']:>13.2f}  "
             f"{_spread([g.cpu_us for g in got], 0):>16}"
         )
@@ -355,18 +358,14 @@ def side_by_side(runs: dict[str, list[dict[str, Sample]]]) -> str:
     bytes (FPI too), bytes other than FPI, the backend's CPU."""
     figures = {side: [per_job(r) for r in repeats] for side, repeats in runs.items()}
     measures = (("WAL records", "records", 2), ("WAL bytes", "bytes", 0),
-                ("bytes w/o FPI", "no_fpi", 0), ("CPU µs", "cpu_us", 1))  # fmt: skip
+                ("bytes w/o FPI", "bytes_without_fpi", 0), ("CPU µs", "cpu_us", 1))  # fmt: skip
     lines = [f"{'stage':<12} {'a job':<14} {'jobstream':>10} {'PgQueuer':>10} {'js/pgq':>7}"]
     for stage in (*QUEUE, "queue total"):
         for label, name, digits in measures:
-            med = {}
-            for side, got in figures.items():
-                values = [
-                    g[stage].bytes - g[stage].fpi_bytes if name == "no_fpi"
-                    else getattr(g[stage], name)
-                    for g in got
-                ]  # fmt: skip
-                med[side] = statistics.median(values)
+            med = {
+                side: statistics.median(getattr(g[stage], name) for g in got)
+                for side, got in figures.items()
+            }
             js, pgq = med["jobstream"], med["pgqueuer"]
             ratio = js / pgq if pgq else math.nan
             lines.append(f"{stage:<12} {label:<14} {js:>10.{digits}f} {pgq:>10.{digits}f}"
